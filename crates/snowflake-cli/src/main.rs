@@ -1,0 +1,240 @@
+//! `snowflake`: encode, decode and generate Snowflake IDs.
+//!
+//! The binary only parses arguments and prints; everything else lives in `snowflake-core`.
+
+use clap::{Args, Parser, Subcommand};
+use snowflake_core::{Field, Generator, Layout, SnowflakeId, format_unix_ms};
+use std::io::{self, BufWriter, Write};
+use std::process::ExitCode;
+
+/// The most IDs `snowflake next` prints in one run (about 25 s of output at the layout's limit).
+const MAX_NEXT_COUNT: u64 = 100_000_000;
+
+/// Unique, time-ordered 63-bit IDs (Twitter's 2010 Snowflake layout: 41-bit milliseconds since
+/// 2010-11-04T01:42:54.657Z, 5-bit datacenter, 5-bit worker, 12-bit sequence).
+#[derive(Debug, Parser)]
+#[command(name = "snowflake", version, about, max_term_width = 100)]
+struct Cli {
+    #[command(flatten)]
+    layout: LayoutArgs,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Args)]
+struct LayoutArgs {
+    /// Custom epoch in Unix milliseconds (default: Twitter's, 1288834974657); not in the future.
+    #[arg(
+        long,
+        global = true,
+        value_name = "MS",
+        env = "SNOWFLAKE_EPOCH_MS",
+        allow_negative_numbers = true
+    )]
+    epoch_ms: Option<String>,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Build the ID for a timestamp, datacenter, worker and sequence, and print it.
+    Encode(EncodeArgs),
+    /// Print the fields of each ID: Unix ms, ISO-8601 UTC time, datacenter, worker, sequence.
+    Decode(DecodeArgs),
+    /// Print fresh IDs, one per line (from this process alone: two processes with the same
+    /// datacenter and worker ids can repeat each other's IDs; use `serve` to share one node).
+    Next(NextArgs),
+    /// Print the layout: epoch, bit widths, last representable time, node count, rate limit.
+    Layout,
+}
+
+#[derive(Debug, Args)]
+struct EncodeArgs {
+    /// Unix time in milliseconds, from the epoch up to the layout's last representable time.
+    #[arg(long, value_name = "T", allow_negative_numbers = true)]
+    timestamp_ms: String,
+    /// Datacenter id, 0..=31.
+    #[arg(long, value_name = "D", allow_negative_numbers = true)]
+    datacenter_id: String,
+    /// Worker id, 0..=31.
+    #[arg(long, value_name = "W", allow_negative_numbers = true)]
+    worker_id: String,
+    /// Sequence within the millisecond, 0..=4095.
+    #[arg(long, value_name = "S", allow_negative_numbers = true)]
+    sequence: String,
+}
+
+#[derive(Debug, Args)]
+struct DecodeArgs {
+    /// Print one JSON object per line instead of text.
+    #[arg(long)]
+    json: bool,
+    /// IDs to decode (decimal, 0..=9223372036854775807).
+    #[arg(value_name = "ID", required = true, allow_negative_numbers = true)]
+    ids: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+struct NextArgs {
+    /// How many IDs to print, 1..=100000000.
+    #[arg(
+        long,
+        short = 'n',
+        value_name = "N",
+        default_value = "1",
+        allow_negative_numbers = true
+    )]
+    count: String,
+    /// Datacenter id, 0..=31.
+    #[arg(
+        long,
+        value_name = "D",
+        allow_negative_numbers = true,
+        default_value = "0"
+    )]
+    datacenter_id: String,
+    /// Worker id, 0..=31.
+    #[arg(
+        long,
+        value_name = "W",
+        allow_negative_numbers = true,
+        default_value = "0"
+    )]
+    worker_id: String,
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(err) => return usage_error(&err),
+    };
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) if is_broken_pipe(&err) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("error: {err}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Prints help and version as clap does; squeezes every real usage error onto one line.
+fn usage_error(err: &clap::Error) -> ExitCode {
+    use clap::error::ErrorKind;
+    if matches!(
+        err.kind(),
+        ErrorKind::DisplayHelp
+            | ErrorKind::DisplayVersion
+            | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+    ) {
+        let _ = err.print();
+        return ExitCode::from(u8::try_from(err.exit_code()).unwrap_or(2));
+    }
+    let text = err.render().to_string();
+    let line = text
+        .lines()
+        .map(str::trim)
+        .take_while(|line| !line.starts_with("Usage:") && !line.starts_with("For more information"))
+        .filter(|line| !line.is_empty() && !line.starts_with("tip:"))
+        .collect::<Vec<_>>()
+        .join(" ");
+    eprintln!("{line} (see --help)");
+    ExitCode::from(2)
+}
+
+fn is_broken_pipe(err: &anyhow::Error) -> bool {
+    err.downcast_ref::<io::Error>()
+        .is_some_and(|e| e.kind() == io::ErrorKind::BrokenPipe)
+}
+
+fn layout(args: &LayoutArgs) -> anyhow::Result<Layout> {
+    match &args.epoch_ms {
+        None => Ok(Layout::TWITTER),
+        Some(text) => {
+            let epoch_ms = Layout::TWITTER
+                .parse(Field::Epoch, text)
+                .map_err(|e| anyhow::anyhow!("--epoch-ms: {e}"))?;
+            Ok(Layout::with_epoch(epoch_ms)?)
+        }
+    }
+}
+
+fn run(cli: Cli) -> anyhow::Result<()> {
+    let layout = layout(&cli.layout)?;
+    let stdout = io::stdout();
+    let mut out = BufWriter::new(stdout.lock());
+    match cli.command {
+        Command::Encode(args) => {
+            let id = layout.encode(
+                layout.parse(Field::Timestamp, &args.timestamp_ms)?,
+                layout.parse(Field::DatacenterId, &args.datacenter_id)?,
+                layout.parse(Field::WorkerId, &args.worker_id)?,
+                layout.parse(Field::Sequence, &args.sequence)?,
+            )?;
+            writeln!(out, "{id}")?;
+        }
+        Command::Decode(args) => {
+            // Parse every ID before printing any, so bad input leaves stdout empty.
+            let ids = args
+                .ids
+                .iter()
+                .map(|text| text.parse())
+                .collect::<Result<Vec<SnowflakeId>, _>>()?;
+            for id in ids {
+                let decoded = layout.describe(id);
+                if args.json {
+                    serde_json::to_writer(&mut out, &decoded)?;
+                    writeln!(out)?;
+                } else {
+                    writeln!(out, "{decoded}")?;
+                }
+            }
+        }
+        Command::Next(args) => {
+            let count = snowflake_core::parse_count(&args.count, MAX_NEXT_COUNT)?;
+            let generator = Generator::builder()
+                .layout(layout)
+                .datacenter_id(layout.parse(Field::DatacenterId, &args.datacenter_id)?)
+                .worker_id(layout.parse(Field::WorkerId, &args.worker_id)?)
+                .build()?;
+            let mut left = count;
+            while left > 0 {
+                let batch = generator.next_batch(left.min(layout.max_ids_per_ms()))?;
+                for id in batch {
+                    writeln!(out, "{id}")?;
+                }
+                left -= batch.len();
+            }
+        }
+        Command::Layout => {
+            let bits = layout.bits();
+            writeln!(out, "epoch_ms: {}", layout.epoch_ms())?;
+            writeln!(out, "epoch: {}", format_unix_ms(layout.epoch_ms()))?;
+            writeln!(
+                out,
+                "bits: timestamp {} / datacenter {} / worker {} / sequence {}",
+                bits.timestamp, bits.datacenter, bits.worker, bits.sequence
+            )?;
+            writeln!(out, "last_timestamp_ms: {}", layout.max_timestamp_ms())?;
+            writeln!(
+                out,
+                "rollover: {}",
+                format_unix_ms(layout.max_timestamp_ms())
+            )?;
+            writeln!(out, "datacenters: {}", layout.max_datacenter_id() + 1)?;
+            writeln!(
+                out,
+                "workers_per_datacenter: {}",
+                layout.max_worker_id() + 1
+            )?;
+            writeln!(out, "nodes: {}", layout.node_count())?;
+            writeln!(out, "max_ids_per_ms_per_node: {}", layout.max_ids_per_ms())?;
+            writeln!(
+                out,
+                "max_ids_per_second_per_node: {}",
+                layout.max_ids_per_second()
+            )?;
+        }
+    }
+    out.flush()?;
+    Ok(())
+}
