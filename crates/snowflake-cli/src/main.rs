@@ -4,8 +4,11 @@
 
 use clap::{Args, Parser, Subcommand};
 use snowflake_core::{Field, Generator, Layout, SnowflakeId, format_unix_ms};
+use snowflake_loadgen::BenchArgs;
+use snowflake_server::{Config, Listeners, LogFormat, Node, ServeArgs};
 use std::io::{self, BufWriter, Write};
 use std::process::ExitCode;
+use std::sync::Arc;
 
 /// The most IDs `snowflake next` prints in one run (about 25 s of output at the layout's limit).
 const MAX_NEXT_COUNT: u64 = 100_000_000;
@@ -45,6 +48,11 @@ enum Command {
     Next(NextArgs),
     /// Print the layout: epoch, bit widths, last representable time, node count, rate limit.
     Layout,
+    /// Run the ID service (HTTP/JSON on 127.0.0.1:8080 by default) until SIGTERM or SIGINT.
+    Serve(ServeArgs),
+    /// Load-test a running service: requests/s, IDs/s and latency percentiles, every response
+    /// checked (loopback by default; bounded by --duration and/or --requests).
+    Bench(BenchArgs),
 }
 
 #[derive(Debug, Args)]
@@ -107,6 +115,11 @@ fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(err) => return usage_error(&err),
     };
+    match cli.command {
+        Command::Serve(args) => return serve(&args, cli.layout.epoch_ms.as_deref()),
+        Command::Bench(args) => return snowflake_loadgen::run_cli(args),
+        _ => {}
+    }
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) if is_broken_pipe(&err) => ExitCode::SUCCESS,
@@ -205,6 +218,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 left -= batch.len();
             }
         }
+        Command::Serve(_) | Command::Bench(_) => unreachable!("handled in main"),
         Command::Layout => {
             let bits = layout.bits();
             writeln!(out, "epoch_ms: {}", layout.epoch_ms())?;
@@ -237,4 +251,83 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     }
     out.flush()?;
     Ok(())
+}
+
+/// `snowflake serve`: configuration errors exit 2 before anything is bound; start-up failures
+/// exit 1; a graceful stop on SIGTERM/SIGINT exits 0.
+fn serve(args: &ServeArgs, epoch_ms: Option<&str>) -> ExitCode {
+    let config = match Config::resolve(args, epoch_ms) {
+        Ok(config) => config,
+        Err(err) => {
+            eprintln!("error: {err}");
+            return ExitCode::from(2);
+        }
+    };
+    if let Err(err) = init_logging(&config) {
+        eprintln!("error: {err}");
+        return ExitCode::from(2);
+    }
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            eprintln!("error: cannot start the async runtime: {err}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(async {
+        let shutdown = shutdown_signal()?;
+        tracing::info!(version = env!("CARGO_PKG_VERSION"), ?config, "starting");
+        let node = Node::new(&config, Arc::new(snowflake_core::SystemClock))?;
+        let listeners = Listeners::bind(&config).await?;
+        if let Some(addr) = listeners.http_addr() {
+            tracing::info!(%addr, "http listening");
+        }
+        snowflake_server::run(node, &config, listeners, shutdown).await?;
+        anyhow::Ok(())
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            tracing::error!(error = %err, "stopped");
+            eprintln!("error: {err}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Logs to stderr, human-readable or JSON, filtered by `--log`.
+fn init_logging(config: &Config) -> anyhow::Result<()> {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_new(&config.log).map_err(|e| {
+        anyhow::anyhow!(
+            "invalid --log (or SNOWFLAKE_LOG): {e}, found {:?}",
+            config.log
+        )
+    })?;
+    use std::io::IsTerminal;
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(io::stderr)
+        .with_ansi(io::stderr().is_terminal());
+    let installed = match config.log_format {
+        LogFormat::Human => builder.try_init(),
+        LogFormat::Json => builder.json().try_init(),
+    };
+    installed.map_err(|e| anyhow::anyhow!("cannot install the logger: {e}"))
+}
+
+/// Completes on the first SIGTERM or SIGINT.
+fn shutdown_signal() -> anyhow::Result<impl std::future::Future<Output = ()>> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut terminate = signal(SignalKind::terminate())?;
+    let mut interrupt = signal(SignalKind::interrupt())?;
+    Ok(async move {
+        tokio::select! {
+            _ = terminate.recv() => tracing::info!("SIGTERM received"),
+            _ = interrupt.recv() => tracing::info!("SIGINT received"),
+        }
+    })
 }

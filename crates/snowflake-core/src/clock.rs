@@ -10,7 +10,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 ///
 /// The generator reads "now" only through this trait, so tests drive time by hand with
 /// [`ManualClock`] and production reads [`SystemClock`].
-pub trait Clock: Send + Sync {
+pub trait Clock: Send + Sync + std::fmt::Debug {
     /// The current time in Unix milliseconds.
     fn now_ms(&self) -> u64;
 

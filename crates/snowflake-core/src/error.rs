@@ -97,6 +97,18 @@ pub enum Error {
         /// What the clock reads now (Unix ms).
         now_ms: u64,
     },
+    /// The clock reads a time past the generator's issue limit: IDs beyond it are not permitted
+    /// (yet). A service sets the limit to what it has durably reserved, or closes it entirely
+    /// while it cannot prove it may issue.
+    #[error(
+        "clock reads {now_ms} (unix ms), past the issue limit {limit_ms}: ids beyond it are not permitted yet"
+    )]
+    PastIssueLimit {
+        /// What the clock reads now (Unix ms).
+        now_ms: u64,
+        /// The last timestamp (Unix ms) the generator may issue at.
+        limit_ms: u64,
+    },
     /// The clock reads a time before the layout's epoch.
     #[error("clock reads {now_ms} (unix ms), before the layout's epoch {epoch_ms}")]
     ClockBeforeEpoch {

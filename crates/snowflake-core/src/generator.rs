@@ -62,6 +62,10 @@ pub struct Generator<C = SystemClock> {
     /// How far the clock may fall behind and be waited out by [`Generator::next_id`]
     /// rather than refused; 0 refuses every regression.
     max_backwards_wait_ms: u64,
+    /// The last timestamp (Unix ms) IDs may be issued at; `u64::MAX` when unlimited. A service
+    /// raises it only after durably reserving the time up to it, and sets it to 0 to stop all
+    /// issuing (while it cannot prove it holds its node identity, or is shutting down).
+    limit_ms: AtomicU64,
     /// The only source of time.
     clock: C,
     /// Counters for metrics; touched only on slow paths.
@@ -182,6 +186,7 @@ pub struct GeneratorBuilder<C = SystemClock> {
     clock: C,
     max_backwards_wait_ms: u64,
     resume_after_ms: Option<u64>,
+    issue_limit_ms: u64,
 }
 
 impl Default for GeneratorBuilder<SystemClock> {
@@ -193,6 +198,7 @@ impl Default for GeneratorBuilder<SystemClock> {
             clock: SystemClock,
             max_backwards_wait_ms: 0,
             resume_after_ms: None,
+            issue_limit_ms: u64::MAX,
         }
     }
 }
@@ -225,6 +231,7 @@ impl<C: Clock> GeneratorBuilder<C> {
             clock,
             max_backwards_wait_ms: self.max_backwards_wait_ms,
             resume_after_ms: self.resume_after_ms,
+            issue_limit_ms: self.issue_limit_ms,
         }
     }
 
@@ -239,6 +246,14 @@ impl<C: Clock> GeneratorBuilder<C> {
     /// node resumes above what it may have issued before.
     pub fn resume_after_ms(mut self, timestamp_ms: u64) -> Self {
         self.resume_after_ms = Some(timestamp_ms);
+        self
+    }
+
+    /// Never issue an ID whose timestamp is above `timestamp_ms` (Unix ms) until
+    /// [`Generator::set_issue_limit_ms`] raises the limit (default: unlimited). `0` starts the
+    /// generator closed.
+    pub fn issue_limit_ms(mut self, timestamp_ms: u64) -> Self {
+        self.issue_limit_ms = timestamp_ms;
         self
     }
 
@@ -269,6 +284,7 @@ impl<C: Clock> GeneratorBuilder<C> {
             epoch_ms: layout.epoch_ms(),
             max_offset_ms: layout.max_offset_ms(),
             max_backwards_wait_ms: self.max_backwards_wait_ms,
+            limit_ms: AtomicU64::new(self.issue_limit_ms),
             clock: self.clock,
             exhaustion_waits: AtomicU64::new(0),
             backwards_refusals: AtomicU64::new(0),
@@ -299,6 +315,32 @@ impl<C> Generator<C> {
     pub fn last_issued_ms(&self) -> Option<u64> {
         let next = self.next.0.load(Ordering::Acquire);
         (next > 0).then(|| ((next - 1) >> self.sequence_bits) + self.epoch_ms)
+    }
+
+    /// The last timestamp (Unix ms) IDs may be issued at (`u64::MAX`: unlimited).
+    pub fn issue_limit_ms(&self) -> u64 {
+        self.limit_ms.load(Ordering::Acquire)
+    }
+
+    /// Sets the last timestamp (Unix ms) IDs may be issued at; 0 stops all issuing.
+    ///
+    /// The limit is loaded after each clock read, so once this returns, any ID issued later by
+    /// a thread that passed the old limit carries a timestamp read before this call: lowering
+    /// the limit and then reading the clock bounds every ID issued under the old limit.
+    ///
+    /// ```
+    /// use snowflake_core::{Error, Generator, ManualClock};
+    /// let clock = ManualClock::new(1_700_000_000_000);
+    /// let generator = Generator::builder().clock(clock.clone()).issue_limit_ms(1_700_000_000_000).build()?;
+    /// assert!(generator.next_id().is_ok());
+    /// clock.advance_ms(1);
+    /// assert!(matches!(generator.next_id(), Err(Error::PastIssueLimit { .. })));
+    /// generator.set_issue_limit_ms(1_700_000_005_000);
+    /// assert!(generator.next_id().is_ok());
+    /// # Ok::<(), snowflake_core::Error>(())
+    /// ```
+    pub fn set_issue_limit_ms(&self, timestamp_ms: u64) {
+        self.limit_ms.store(timestamp_ms, Ordering::SeqCst);
     }
 
     /// The layout.
@@ -480,6 +522,11 @@ impl<C: Clock> Generator<C> {
         // could make another thread's fresh millisecond look like a clock regression.
         let mut fresh = true;
         loop {
+            // Loaded after the clock read; see `set_issue_limit_ms`.
+            let limit_ms = self.limit_ms.load(Ordering::SeqCst);
+            if now_ms > limit_ms {
+                return Err(Refusal::Other(Error::PastIssueLimit { now_ms, limit_ms }));
+            }
             let now_offset = self.offset_of(now_ms).map_err(Refusal::Other)?;
             let candidate = next.max(now_offset << shift);
             if candidate >> shift != now_offset {

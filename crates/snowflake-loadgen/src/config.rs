@@ -1,0 +1,383 @@
+//! Validated benchmark settings, and the builder that checks them.
+
+use crate::error::Error;
+use std::fmt;
+use std::time::Duration;
+
+/// The most connections one run opens.
+pub const MAX_CONNECTIONS: u32 = 10_000;
+/// The most IDs asked for in one request.
+pub const MAX_BATCH: u32 = 1_000_000;
+/// The longest measurement (and the longest warm-up) one run may last.
+pub const MAX_DURATION: Duration = Duration::from_secs(3600);
+/// The most requests one run may be asked to send.
+pub const MAX_REQUESTS: u64 = 1_000_000_000_000;
+/// The most client worker threads [`run_cli`](crate::run_cli) starts.
+pub const MAX_THREADS: usize = 256;
+/// The longest a single request (or connection attempt) may take before it counts as a timeout;
+/// also the top of the latency histogram.
+pub const MAX_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long the measurement lasts when neither a duration nor a request count is given.
+pub const DEFAULT_DURATION: Duration = Duration::from_secs(10);
+/// How long a request may take before it counts as a timeout, unless configured.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
+/// The target when none is given: the service's default HTTP listener, on loopback.
+pub const DEFAULT_ADDR: &str = "127.0.0.1:8080";
+/// How many connections a run opens unless configured.
+pub const DEFAULT_CONNECTIONS: u32 = 50;
+
+/// The protocol a benchmark speaks to the service.
+///
+/// Each protocol lives in its own module behind one internal trait, so adding gRPC or Thrift is
+/// one module and one `match` arm.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+#[non_exhaustive]
+pub enum Protocol {
+    /// HTTP/1.1 with JSON bodies: `GET /v1/id` and `GET /v1/ids?count=N`.
+    #[default]
+    Http,
+}
+
+impl Protocol {
+    /// The lowercase name used on the command line and in reports, e.g. `"http"`.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Protocol::Http => "http",
+        }
+    }
+}
+
+impl fmt::Display for Protocol {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The settings of one benchmark run, all validated.
+///
+/// Build one with [`BenchConfig::builder`], or from command-line flags with
+/// `BenchConfig::try_from(&args)` ([`BenchArgs`](crate::BenchArgs)).
+///
+/// ```
+/// use snowflake_loadgen::BenchConfig;
+/// use std::time::Duration;
+///
+/// let config = BenchConfig::builder()
+///     .addr("127.0.0.1:8080")
+///     .connections(8)
+///     .batch(100)
+///     .duration(Duration::from_secs(2))
+///     .build()?;
+/// assert_eq!(config.connections(), 8);
+/// assert_eq!(config.requests(), None);
+/// # Ok::<(), snowflake_loadgen::Error>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BenchConfig {
+    /// Which protocol to speak.
+    protocol: Protocol,
+    /// The target as `HOST:PORT`; resolved when the run starts.
+    addr: String,
+    /// How many connections run concurrently, each closed-loop.
+    connections: u32,
+    /// The upper bound on the measurement's length (after the warm-up).
+    duration: Duration,
+    /// Stop after this many measured requests, if set.
+    requests: Option<u64>,
+    /// IDs per request.
+    batch: u32,
+    /// How long to send unrecorded requests before measuring.
+    warmup: Duration,
+    /// Worker threads of the runtime [`run_cli`](crate::run_cli) builds.
+    threads: usize,
+    /// How long one request or connection attempt may take.
+    timeout: Duration,
+    /// Whether to print a once-a-second progress line on stderr.
+    progress: bool,
+}
+
+impl BenchConfig {
+    /// A builder holding the defaults: `127.0.0.1:8080`, HTTP, 50 connections, 10 s, batch 1,
+    /// no warm-up, 1 thread, 5 s timeout, no progress line.
+    pub fn builder() -> BenchConfigBuilder {
+        BenchConfigBuilder::default()
+    }
+
+    /// Which protocol the run speaks.
+    pub fn protocol(&self) -> Protocol {
+        self.protocol
+    }
+
+    /// The target, `HOST:PORT`.
+    pub fn addr(&self) -> &str {
+        &self.addr
+    }
+
+    /// How many concurrent connections the run opens.
+    pub fn connections(&self) -> u32 {
+        self.connections
+    }
+
+    /// The longest the measurement lasts (after the warm-up). A run bounded only by a request
+    /// count gets [`MAX_DURATION`] here as a safety cap.
+    pub fn duration(&self) -> Duration {
+        self.duration
+    }
+
+    /// The number of measured requests after which the run stops, if any.
+    pub fn requests(&self) -> Option<u64> {
+        self.requests
+    }
+
+    /// IDs asked for per request.
+    pub fn batch(&self) -> u32 {
+        self.batch
+    }
+
+    /// How long the unrecorded warm-up lasts.
+    pub fn warmup(&self) -> Duration {
+        self.warmup
+    }
+
+    /// Worker threads for the client runtime built by [`run_cli`](crate::run_cli);
+    /// [`run`](crate::run) uses whatever runtime it is called on.
+    pub fn threads(&self) -> usize {
+        self.threads
+    }
+
+    /// How long one request or connection attempt may take before it counts as a timeout.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// Whether the run prints a progress line on stderr.
+    pub fn progress(&self) -> bool {
+        self.progress
+    }
+}
+
+/// Collects benchmark settings; [`build`](BenchConfigBuilder::build) validates them all.
+#[derive(Debug, Clone)]
+pub struct BenchConfigBuilder {
+    /// See [`BenchConfig::protocol`].
+    protocol: Protocol,
+    /// See [`BenchConfig::addr`].
+    addr: String,
+    /// See [`BenchConfig::connections`].
+    connections: u32,
+    /// The duration asked for, if any.
+    duration: Option<Duration>,
+    /// See [`BenchConfig::requests`].
+    requests: Option<u64>,
+    /// See [`BenchConfig::batch`].
+    batch: u32,
+    /// See [`BenchConfig::warmup`].
+    warmup: Duration,
+    /// See [`BenchConfig::threads`].
+    threads: usize,
+    /// See [`BenchConfig::timeout`].
+    timeout: Duration,
+    /// See [`BenchConfig::progress`].
+    progress: bool,
+}
+
+impl Default for BenchConfigBuilder {
+    fn default() -> Self {
+        BenchConfigBuilder {
+            protocol: Protocol::Http,
+            addr: DEFAULT_ADDR.to_owned(),
+            connections: DEFAULT_CONNECTIONS,
+            duration: None,
+            requests: None,
+            batch: 1,
+            warmup: Duration::ZERO,
+            threads: 1,
+            timeout: DEFAULT_TIMEOUT,
+            progress: false,
+        }
+    }
+}
+
+impl BenchConfigBuilder {
+    /// The protocol to speak (default HTTP).
+    pub fn protocol(mut self, protocol: Protocol) -> Self {
+        self.protocol = protocol;
+        self
+    }
+
+    /// The target as `HOST:PORT`, e.g. `127.0.0.1:8080` or `[::1]:8080` (default
+    /// `127.0.0.1:8080`).
+    pub fn addr(mut self, addr: impl Into<String>) -> Self {
+        self.addr = addr.into();
+        self
+    }
+
+    /// Concurrent connections, `1..=10000` (default 50).
+    pub fn connections(mut self, connections: u32) -> Self {
+        self.connections = connections;
+        self
+    }
+
+    /// The longest the measurement lasts, `1ms..=3600s`. Without a duration and without a
+    /// request count the run lasts 10 s. `None` clears it.
+    pub fn duration(mut self, duration: impl Into<Option<Duration>>) -> Self {
+        self.duration = duration.into();
+        self
+    }
+
+    /// Stop after this many measured requests, `1..=10^12`; with a duration too, whichever
+    /// comes first stops the run. `None` clears it.
+    pub fn requests(mut self, requests: impl Into<Option<u64>>) -> Self {
+        self.requests = requests.into();
+        self
+    }
+
+    /// IDs per request, `1..=1000000` (default 1).
+    pub fn batch(mut self, batch: u32) -> Self {
+        self.batch = batch;
+        self
+    }
+
+    /// Unrecorded warm-up before the measurement, `0..=3600s` (default none).
+    pub fn warmup(mut self, warmup: Duration) -> Self {
+        self.warmup = warmup;
+        self
+    }
+
+    /// Worker threads for [`run_cli`](crate::run_cli)'s runtime, `1..=256` (default 1).
+    pub fn threads(mut self, threads: usize) -> Self {
+        self.threads = threads;
+        self
+    }
+
+    /// How long a request or connection attempt may take, `1ms..=60s` (default 5 s).
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// Whether to print a once-a-second progress line on stderr (default off).
+    pub fn progress(mut self, progress: bool) -> Self {
+        self.progress = progress;
+        self
+    }
+
+    /// Checks every setting and returns the validated config.
+    pub fn build(self) -> Result<BenchConfig, Error> {
+        check_addr(&self.addr)?;
+        if !(1..=MAX_CONNECTIONS).contains(&self.connections) {
+            return Err(Error::invalid(
+                "--connections",
+                format!("1..={MAX_CONNECTIONS}"),
+                self.connections.to_string(),
+            ));
+        }
+        if let Some(duration) = self.duration {
+            check_duration(
+                "--duration",
+                duration,
+                Duration::from_millis(1),
+                MAX_DURATION,
+            )?;
+        }
+        if let Some(requests) = self.requests
+            && !(1..=MAX_REQUESTS).contains(&requests)
+        {
+            return Err(Error::invalid(
+                "--requests",
+                format!("1..={MAX_REQUESTS}"),
+                requests.to_string(),
+            ));
+        }
+        if !(1..=MAX_BATCH).contains(&self.batch) {
+            return Err(Error::invalid(
+                "--batch",
+                format!("1..={MAX_BATCH}"),
+                self.batch.to_string(),
+            ));
+        }
+        check_duration("--warmup", self.warmup, Duration::ZERO, MAX_DURATION)?;
+        if !(1..=MAX_THREADS).contains(&self.threads) {
+            return Err(Error::invalid(
+                "--threads",
+                format!("1..={MAX_THREADS}"),
+                self.threads.to_string(),
+            ));
+        }
+        check_duration(
+            "--timeout",
+            self.timeout,
+            Duration::from_millis(1),
+            MAX_TIMEOUT,
+        )?;
+        let duration = match (self.duration, self.requests) {
+            (Some(duration), _) => duration,
+            (None, Some(_)) => MAX_DURATION,
+            (None, None) => DEFAULT_DURATION,
+        };
+        Ok(BenchConfig {
+            protocol: self.protocol,
+            addr: self.addr,
+            connections: self.connections,
+            duration,
+            requests: self.requests,
+            batch: self.batch,
+            warmup: self.warmup,
+            threads: self.threads,
+            timeout: self.timeout,
+            progress: self.progress,
+        })
+    }
+}
+
+/// Accepts `HOST:PORT` with a non-empty host (IPv6 in brackets) and a port in `1..=65535`.
+fn check_addr(addr: &str) -> Result<(), Error> {
+    let bad = || Error::invalid("--addr", "HOST:PORT with a port in 1..=65535", addr);
+    let (host, port) = addr.rsplit_once(':').ok_or_else(bad)?;
+    let host_ok = if let Some(inner) = host.strip_prefix('[') {
+        inner.strip_suffix(']').is_some_and(|ip| !ip.is_empty())
+    } else {
+        !host.is_empty() && !host.contains(':')
+    };
+    let host_ok = host_ok
+        && host
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-._:[]%".contains(c));
+    let port_ok =
+        port.bytes().all(|b| b.is_ascii_digit()) && port.parse::<u16>().is_ok_and(|port| port != 0);
+    if host_ok && port_ok {
+        Ok(())
+    } else {
+        Err(bad())
+    }
+}
+
+/// Checks that a duration lies in `min..=max`.
+fn check_duration(
+    flag: &'static str,
+    value: Duration,
+    min: Duration,
+    max: Duration,
+) -> Result<(), Error> {
+    if (min..=max).contains(&value) {
+        Ok(())
+    } else {
+        Err(Error::invalid(
+            flag,
+            format!("{}..={}", format_duration(min), format_duration(max)),
+            format_duration(value),
+        ))
+    }
+}
+
+/// A duration in the shortest of the forms the flags accept: `1500ms`, `10s`, `0s`.
+pub(crate) fn format_duration(duration: Duration) -> String {
+    if duration.subsec_nanos() == 0 {
+        format!("{}s", duration.as_secs())
+    } else if duration.subsec_nanos().is_multiple_of(1_000_000) {
+        format!("{}ms", duration.as_millis())
+    } else {
+        format!("{:?}", duration)
+    }
+}

@@ -1,0 +1,98 @@
+//! The Snowflake ID service: one [`Node`] (generator, restart-safe state, metrics) behind
+//! protocol front ends, one module each.
+//!
+//! The binary parses the configuration, binds the listeners and hands them with a shutdown
+//! future to [`run`]; tests do the same on `127.0.0.1:0`.
+
+#![deny(missing_docs)]
+
+pub mod config;
+pub mod http;
+pub mod metrics;
+pub mod node;
+pub mod state;
+
+pub use config::{Config, ConfigError, LogFormat, ServeArgs};
+pub use node::{IssueError, Node, Protocol};
+pub use state::StateError;
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+/// The bound listeners, one per enabled protocol.
+#[derive(Debug)]
+pub struct Listeners {
+    /// HTTP/JSON.
+    pub http: Option<TcpListener>,
+}
+
+impl Listeners {
+    /// Binds every enabled listener of `config`.
+    pub async fn bind(config: &Config) -> Result<Listeners, BindError> {
+        let http = match config.http_addr {
+            Some(addr) => Some(bind(addr, "http").await?),
+            None => None,
+        };
+        Ok(Listeners { http })
+    }
+
+    /// The addresses actually bound (useful with port 0).
+    pub fn http_addr(&self) -> Option<SocketAddr> {
+        self.http.as_ref().and_then(|l| l.local_addr().ok())
+    }
+}
+
+async fn bind(addr: SocketAddr, protocol: &'static str) -> Result<TcpListener, BindError> {
+    TcpListener::bind(addr).await.map_err(|source| BindError {
+        protocol,
+        addr,
+        source,
+    })
+}
+
+/// A listener could not be bound.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot listen for {protocol} on {addr}: {source}")]
+pub struct BindError {
+    /// Which listener.
+    pub protocol: &'static str,
+    /// The address asked for.
+    pub addr: SocketAddr,
+    /// The underlying error.
+    pub source: std::io::Error,
+}
+
+/// Runs the service until `shutdown` completes: opens the node (at once, or once its clock
+/// passes a persisted mark), keeps its reservation ahead of the clock, and serves every listener.
+/// Then stops accepting, lets in-flight requests finish, and persists the exact high-water mark.
+pub async fn run(
+    node: Arc<Node>,
+    config: &Config,
+    listeners: Listeners,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), StateError> {
+    let (stop_tx, stop_rx) = watch::channel(false);
+    node.start().await;
+    // Both sets abort their tasks if this future is dropped, so nothing outlives the service.
+    let mut keeper = tokio::task::JoinSet::new();
+    keeper.spawn(Arc::clone(&node).keep(stop_rx.clone()));
+    let mut front_ends = tokio::task::JoinSet::new();
+    if let Some(listener) = listeners.http {
+        let (node, config, stop) = (Arc::clone(&node), config.clone(), stop_rx.clone());
+        front_ends.spawn(async move { http::serve(listener, node, &config, stop).await });
+    }
+    shutdown.await;
+    tracing::info!("shutting down: no new connections; finishing in-flight requests");
+    let _ = stop_tx.send(true);
+    while front_ends.join_next().await.is_some() {}
+    while keeper.join_next().await.is_some() {}
+    let mark_ms = node.shutdown().await?;
+    tracing::info!(
+        high_water_ms = mark_ms,
+        "stopped; high-water mark persisted"
+    );
+    Ok(())
+}

@@ -1,0 +1,205 @@
+//! Prometheus metrics, all named `snowflake_…`, with bounded label sets.
+
+use crate::node::{NodeShared, Protocol};
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
+use prometheus_client::metrics::counter::{ConstCounter, Counter};
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::registry::Registry;
+use std::sync::Arc;
+
+/// Labels of `snowflake_ids_issued_total`.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ProtocolLabels {
+    /// `http`, `grpc` or `thrift`.
+    pub protocol: &'static str,
+}
+
+/// Labels of `snowflake_requests_total`: a fixed route template (never the raw path) and the
+/// status code, so the set stays bounded.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RequestLabels {
+    /// `http`, `grpc` or `thrift`.
+    pub protocol: &'static str,
+    /// The route template or method name, e.g. `/v1/ids` or `unmatched`.
+    pub route: &'static str,
+    /// The HTTP status code (or the protocol's equivalent).
+    pub status: u16,
+}
+
+/// The service's counters, and the registry that encodes them with the node's live gauges.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    ids_issued: Family<ProtocolLabels, Counter>,
+    requests: Family<RequestLabels, Counter>,
+    /// Requests refused because the clock was behind the last issued ID.
+    pub clock_backwards_refusals: Counter,
+    /// Clock regressions waited out within `--max-backwards-wait-ms`.
+    pub clock_backwards_waits: Counter,
+    /// Durable writes of the high-water mark.
+    pub state_writes: Counter,
+    /// Failed writes of the high-water mark.
+    pub state_write_errors: Counter,
+    /// Connections refused because the connection cap was reached.
+    pub connections_rejected: Counter,
+}
+
+impl Metrics {
+    pub(crate) fn new(shared: Arc<NodeShared>) -> Metrics {
+        let mut registry = Registry::with_prefix("snowflake");
+        let ids_issued = Family::<ProtocolLabels, Counter>::default();
+        registry.register("ids_issued", "IDs issued, by protocol", ids_issued.clone());
+        let requests = Family::<RequestLabels, Counter>::default();
+        registry.register(
+            "requests",
+            "Requests handled, by protocol, route and status",
+            requests.clone(),
+        );
+        let clock_backwards_refusals = Counter::default();
+        registry.register(
+            "clock_backwards_refusals",
+            "Requests refused because the clock was behind the last issued ID",
+            clock_backwards_refusals.clone(),
+        );
+        let clock_backwards_waits = Counter::default();
+        registry.register(
+            "clock_backwards_waits",
+            "Clock regressions waited out within --max-backwards-wait-ms",
+            clock_backwards_waits.clone(),
+        );
+        let state_writes = Counter::default();
+        registry.register(
+            "state_writes",
+            "Durable writes of the high-water mark",
+            state_writes.clone(),
+        );
+        let state_write_errors = Counter::default();
+        registry.register(
+            "state_write_errors",
+            "Failed writes of the high-water mark",
+            state_write_errors.clone(),
+        );
+        let connections_rejected = Counter::default();
+        registry.register(
+            "connections_rejected",
+            "Connections refused because the connection cap was reached",
+            connections_rejected.clone(),
+        );
+        registry.register_collector(Box::new(NodeCollector { shared }));
+        Metrics {
+            registry,
+            ids_issued,
+            requests,
+            clock_backwards_refusals,
+            clock_backwards_waits,
+            state_writes,
+            state_write_errors,
+            connections_rejected,
+        }
+    }
+
+    /// Counts `n` IDs issued over `protocol`.
+    pub fn ids_issued(&self, protocol: Protocol, n: u64) {
+        self.ids_issued
+            .get_or_create(&ProtocolLabels {
+                protocol: protocol.name(),
+            })
+            .inc_by(n);
+    }
+
+    /// Counts one request.
+    pub fn request(&self, protocol: Protocol, route: &'static str, status: u16) {
+        self.requests
+            .get_or_create(&RequestLabels {
+                protocol: protocol.name(),
+                route,
+                status,
+            })
+            .inc();
+    }
+
+    /// The OpenMetrics text of every metric.
+    pub fn encode(&self) -> String {
+        let mut out = String::with_capacity(4096);
+        // Writing to a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+}
+
+/// Reads the node's live state at each scrape.
+#[derive(Debug)]
+struct NodeCollector {
+    shared: Arc<NodeShared>,
+}
+
+impl Collector for NodeCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
+        let shared = &self.shared;
+        let stats = shared.generator.stats();
+        let snapshot = shared.snapshot();
+
+        let waits = ConstCounter::new(stats.exhaustion_waits);
+        waits.encode(encoder.encode_descriptor(
+            "sequence_exhaustion_waits",
+            "Times a millisecond's 4096 sequence numbers ran out and the generator waited for the next",
+            None,
+            waits.metric_type(),
+        )?)?;
+
+        let info = ConstGauge::new(1i64);
+        let labels = [
+            (
+                "datacenter_id",
+                shared.generator.datacenter_id().to_string(),
+            ),
+            ("worker_id", shared.generator.worker_id().to_string()),
+            ("identity_source", shared.identity_source.to_string()),
+        ];
+        let mut family = encoder.encode_descriptor(
+            "node",
+            "The node's identity (always 1; the labels carry the values)",
+            None,
+            info.metric_type(),
+        )?;
+        info.encode(family.encode_family(&labels.as_slice())?)?;
+
+        for (name, help, value) in [
+            (
+                "ready",
+                "1 while the node can issue IDs, else 0",
+                i64::from(snapshot.ready),
+            ),
+            (
+                "restart_mark_waiting",
+                "1 while a restarted node waits for its clock to pass the persisted high-water mark",
+                i64::from(snapshot.waiting_for_mark),
+            ),
+            (
+                "high_water_mark_ms",
+                "The persisted high-water mark (Unix ms): no issued ID is above it",
+                clamp(snapshot.persisted_mark_ms),
+            ),
+            (
+                "issue_limit_ms",
+                "The last timestamp (Unix ms) the generator may issue at right now (0 = closed)",
+                clamp(shared.generator.issue_limit_ms()),
+            ),
+            (
+                "last_issued_ms",
+                "The timestamp (Unix ms) of the last issued ID, or of the mark resumed from",
+                clamp(shared.generator.last_issued_ms().unwrap_or(0)),
+            ),
+        ] {
+            let gauge = ConstGauge::new(value);
+            gauge.encode(encoder.encode_descriptor(name, help, None, gauge.metric_type())?)?;
+        }
+        Ok(())
+    }
+}
+
+fn clamp(value: u64) -> i64 {
+    i64::try_from(value).unwrap_or(i64::MAX)
+}

@@ -1,0 +1,520 @@
+//! The node: one generator shared by every front end, its restart-safety keeper, and the one
+//! place where requests are validated and refusals are explained.
+
+use crate::config::Config;
+use crate::metrics::Metrics;
+use crate::state::{MarkKind, StateDir, StateError};
+use snowflake_core::{Clock, Error as CoreError, Generator, IdBatch, Layout, format_unix_ms};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+use tokio::sync::watch;
+
+/// The front end a request came through; a metrics label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Protocol {
+    /// HTTP/JSON.
+    Http,
+    /// gRPC.
+    Grpc,
+    /// The 2010 Thrift protocol.
+    Thrift,
+}
+
+impl Protocol {
+    /// The lowercase label value.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Protocol::Http => "http",
+            Protocol::Grpc => "grpc",
+            Protocol::Thrift => "thrift",
+        }
+    }
+}
+
+/// Why a request got no IDs; each front end maps this to its own status (HTTP 400/503, gRPC
+/// `INVALID_ARGUMENT`/`UNAVAILABLE`, a Thrift exception).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum IssueError {
+    /// The request itself is wrong; retrying it unchanged will not help.
+    #[error("{0}")]
+    BadRequest(String),
+    /// The node cannot issue IDs right now; the message says why.
+    #[error("{message}")]
+    Unavailable {
+        /// Why, in words.
+        message: String,
+        /// When to try again, in seconds (at least 1).
+        retry_after_secs: u64,
+    },
+}
+
+/// Where the node is in its life.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Phase {
+    /// No mark yet; the first reservation is being written.
+    Starting,
+    /// Restarted with the clock at or behind the persisted mark: wait for it to pass.
+    WaitingForMark { mark_ms: u64 },
+    /// Issuing.
+    Ready,
+    /// The last attempt to persist a reservation failed.
+    PersistFailed { message: String },
+    /// Stopped issuing for good.
+    ShuttingDown,
+}
+
+#[derive(Debug)]
+struct Status {
+    phase: Phase,
+    /// The high-water mark on disk: no issued ID is above it.
+    persisted_mark_ms: u64,
+}
+
+/// A point-in-time view of the node, for metrics.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Snapshot {
+    pub ready: bool,
+    pub waiting_for_mark: bool,
+    pub persisted_mark_ms: u64,
+}
+
+/// The parts of the node the metrics collector reads at scrape time.
+#[derive(Debug)]
+pub(crate) struct NodeShared {
+    /// The one generator of this node.
+    pub generator: Generator<Arc<dyn Clock>>,
+    /// Where the node's (datacenter, worker) pair came from, e.g. `static`.
+    pub identity_source: &'static str,
+    status: Mutex<Status>,
+}
+
+impl NodeShared {
+    fn status(&self) -> MutexGuard<'_, Status> {
+        // A panic while holding this tiny lock cannot leave `Status` half-written.
+        self.status
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner())
+    }
+
+    pub(crate) fn snapshot(&self) -> Snapshot {
+        let status = self.status();
+        Snapshot {
+            ready: status.phase == Phase::Ready,
+            waiting_for_mark: matches!(status.phase, Phase::WaitingForMark { .. }),
+            persisted_mark_ms: status.persisted_mark_ms,
+        }
+    }
+}
+
+/// What `GET /v1/info` reports.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Info {
+    /// The node's datacenter id.
+    pub datacenter_id: u64,
+    /// The node's worker id.
+    pub worker_id: u64,
+    /// The layout's epoch (Unix ms).
+    pub epoch_ms: u64,
+    /// The node's clock now (Unix ms).
+    pub timestamp_ms: u64,
+    /// Where the pair came from (`static`).
+    pub identity_source: &'static str,
+    /// Whether the node can issue IDs now.
+    pub ready: bool,
+    /// The persisted high-water mark (Unix ms).
+    pub high_water_mark_ms: u64,
+    /// The largest `count` one request may ask for.
+    pub max_batch: u64,
+    /// The service's version.
+    pub version: &'static str,
+}
+
+/// One node: a (datacenter, worker) pair, its generator, its state directory and metrics.
+#[derive(Debug)]
+pub struct Node {
+    shared: Arc<NodeShared>,
+    /// The node's clock; the generator reads the same one.
+    clock: Arc<dyn Clock>,
+    layout: Layout,
+    /// The largest count one request may ask for.
+    max_batch: u64,
+    /// How long a clock regression may be waited out rather than refused.
+    max_backwards_wait_ms: u64,
+    /// How far ahead of the clock the high-water mark is reserved.
+    reserve_ms: u64,
+    /// The locked state directory; shared with the blocking threads that write it.
+    state: Arc<StateDir>,
+    metrics: Metrics,
+}
+
+impl Node {
+    /// Opens and locks the state directory, reads the node's mark, and builds a generator that
+    /// is closed (issues nothing) until [`Node::start`] or the keeper opens it.
+    pub fn new(config: &Config, clock: Arc<dyn Clock>) -> Result<Arc<Node>, StateError> {
+        let layout = config.layout;
+        let state = StateDir::open(&config.state_dir)?;
+        let mark = state.load(config.datacenter_id, config.worker_id, layout.epoch_ms())?;
+        let mut builder = Generator::builder()
+            .layout(layout)
+            .datacenter_id(config.datacenter_id)
+            .worker_id(config.worker_id)
+            .clock(Arc::clone(&clock))
+            .issue_limit_ms(0);
+        let phase = match &mark {
+            Some(mark) => {
+                builder = builder.resume_after_ms(mark.high_water_ms);
+                if mark.kind == MarkKind::Reservation {
+                    tracing::warn!(
+                        high_water_ms = mark.high_water_ms,
+                        "the previous run did not shut down cleanly; resuming above its reservation"
+                    );
+                }
+                Phase::WaitingForMark {
+                    mark_ms: mark.high_water_ms,
+                }
+            }
+            None => Phase::Starting,
+        };
+        // The config was validated against the layout, so this cannot fail; map it anyway.
+        let generator = builder.build().map_err(|e| StateError::Corrupt {
+            path: state.file(config.datacenter_id, config.worker_id),
+            reason: e.to_string(),
+        })?;
+        let shared = Arc::new(NodeShared {
+            generator,
+            identity_source: "static",
+            status: Mutex::new(Status {
+                phase,
+                persisted_mark_ms: mark.map_or(0, |m| m.high_water_ms),
+            }),
+        });
+        Ok(Arc::new(Node {
+            metrics: Metrics::new(Arc::clone(&shared)),
+            shared,
+            clock,
+            layout,
+            max_batch: config.max_batch,
+            max_backwards_wait_ms: config.max_backwards_wait_ms,
+            reserve_ms: config.reserve_ms,
+            state: Arc::new(state),
+        }))
+    }
+
+    /// The metrics.
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    /// The layout IDs are issued under.
+    pub fn layout(&self) -> &Layout {
+        &self.layout
+    }
+
+    /// The generator (shared by every front end).
+    pub fn generator(&self) -> &Generator<Arc<dyn Clock>> {
+        &self.shared.generator
+    }
+
+    /// The largest count one request may ask for.
+    pub fn max_batch(&self) -> u64 {
+        self.max_batch
+    }
+
+    /// Parses a requested count: decimal, `1..=max_batch`.
+    pub fn parse_count(&self, text: &str) -> Result<u64, IssueError> {
+        snowflake_core::parse_count(text, self.max_batch)
+            .map_err(|e| IssueError::BadRequest(e.to_string()))
+    }
+
+    /// Checks a requested count given as a number.
+    pub fn check_count(&self, count: u64) -> Result<u64, IssueError> {
+        if (1..=self.max_batch).contains(&count) {
+            Ok(count)
+        } else {
+            Err(IssueError::BadRequest(format!(
+                "invalid count: expected 1..={}, found {count}",
+                self.max_batch
+            )))
+        }
+    }
+
+    /// Issues `count` IDs (already checked against `max_batch`), as runs of consecutive IDs in
+    /// increasing order. A clock regression within `--max-backwards-wait-ms` is waited out
+    /// without blocking a thread; anything else that stops the generator is explained.
+    pub async fn issue(&self, protocol: Protocol, count: u64) -> Result<Vec<IdBatch>, IssueError> {
+        let generator = &self.shared.generator;
+        let per_ms = self.layout.max_ids_per_ms();
+        let mut batches = Vec::with_capacity(usize::try_from(count / per_ms + 2).unwrap_or(2));
+        let mut left = count;
+        let mut waited_ms = 0;
+        while left > 0 {
+            match generator.try_next_batch(left.min(per_ms)) {
+                Ok(batch) => {
+                    left -= batch.len();
+                    batches.push(batch);
+                }
+                Err(CoreError::ClockMovedBackwards { behind_ms, .. })
+                    if waited_ms + behind_ms <= self.max_backwards_wait_ms =>
+                {
+                    self.metrics.clock_backwards_waits.inc();
+                    tokio::time::sleep(Duration::from_millis(behind_ms)).await;
+                    waited_ms += behind_ms;
+                }
+                Err(err) => return Err(self.refusal(err)),
+            }
+        }
+        self.metrics.ids_issued(protocol, count);
+        Ok(batches)
+    }
+
+    /// Ok while the node can issue IDs; otherwise why not.
+    pub fn readiness(&self) -> Result<(), IssueError> {
+        let phase = self.shared.status().phase.clone();
+        if phase != Phase::Ready {
+            return Err(self.phase_refusal(&phase));
+        }
+        let now_ms = self.clock.now_ms();
+        if let Some(last_ms) = self.shared.generator.last_issued_ms()
+            && now_ms < last_ms
+        {
+            return Err(backwards(last_ms - now_ms, last_ms, now_ms));
+        }
+        let limit_ms = self.shared.generator.issue_limit_ms();
+        if now_ms > limit_ms {
+            return Err(not_reserved(limit_ms));
+        }
+        Ok(())
+    }
+
+    /// What `GET /v1/info` reports.
+    pub fn info(&self) -> Info {
+        let status = self.shared.status();
+        Info {
+            datacenter_id: self.shared.generator.datacenter_id(),
+            worker_id: self.shared.generator.worker_id(),
+            epoch_ms: self.layout.epoch_ms(),
+            timestamp_ms: self.clock.now_ms(),
+            identity_source: self.shared.identity_source,
+            ready: status.phase == Phase::Ready,
+            high_water_mark_ms: status.persisted_mark_ms,
+            max_batch: self.max_batch,
+            version: env!("CARGO_PKG_VERSION"),
+        }
+    }
+
+    /// Opens the node at once if the clock is already past its mark (the normal case): persists
+    /// the first reservation and starts issuing. Otherwise the keeper opens it later.
+    pub async fn start(&self) {
+        let phase = self.shared.status().phase.clone();
+        if let Phase::WaitingForMark { mark_ms } = phase {
+            let now_ms = self.clock.now_ms();
+            if now_ms <= mark_ms {
+                tracing::warn!(
+                    mark_ms,
+                    now_ms,
+                    wait_ms = mark_ms - now_ms + 1,
+                    "the clock is behind the persisted high-water mark: not issuing ids until it passes it"
+                );
+            }
+        }
+        self.tick().await;
+    }
+
+    /// The keeper, run until `shutdown` flips: opens a waiting node once its clock passes the
+    /// mark, and keeps the persisted reservation ahead of the clock.
+    pub async fn keep(self: Arc<Self>, mut shutdown: watch::Receiver<bool>) {
+        let period = Duration::from_millis((self.reserve_ms / 4).clamp(5, 1000));
+        loop {
+            tokio::select! {
+                () = tokio::time::sleep(period) => self.tick().await,
+                // The only change ever sent is `true`; a dropped sender means stop too.
+                _ = shutdown.changed() => return,
+            }
+        }
+    }
+
+    /// One step of the keeper.
+    async fn tick(&self) {
+        let now_ms = self.clock.now_ms();
+        let phase = self.shared.status().phase.clone();
+        let due = match phase {
+            Phase::Starting | Phase::PersistFailed { .. } => true,
+            Phase::WaitingForMark { mark_ms } => now_ms > mark_ms,
+            Phase::Ready => {
+                now_ms.saturating_add(self.reserve_ms / 2) >= self.shared.generator.issue_limit_ms()
+            }
+            Phase::ShuttingDown => false,
+        };
+        if due {
+            self.reserve(now_ms).await;
+        }
+    }
+
+    /// Durably reserves up to `now + reserve_ms`, then lets the generator issue up to there.
+    async fn reserve(&self, now_ms: u64) {
+        let target_ms = now_ms
+            .saturating_add(self.reserve_ms)
+            .max(self.shared.status().persisted_mark_ms);
+        let result = self.store(target_ms, MarkKind::Reservation, now_ms).await;
+        let mut status = self.shared.status();
+        if status.phase == Phase::ShuttingDown {
+            return;
+        }
+        match result {
+            Ok(()) => {
+                status.persisted_mark_ms = target_ms;
+                self.shared.generator.set_issue_limit_ms(target_ms);
+                if status.phase != Phase::Ready {
+                    tracing::info!(reserved_until_ms = target_ms, "ready: issuing ids");
+                    status.phase = Phase::Ready;
+                }
+            }
+            Err(err) => {
+                let message = err.to_string();
+                if !matches!(&status.phase, Phase::PersistFailed { message: m } if *m == message) {
+                    tracing::error!(error = %message, "cannot persist the high-water mark; ids stop at the last persisted mark");
+                }
+                if status.phase == Phase::Ready
+                    || matches!(status.phase, Phase::PersistFailed { .. })
+                {
+                    status.phase = Phase::PersistFailed { message };
+                }
+            }
+        }
+    }
+
+    async fn store(
+        &self,
+        high_water_ms: u64,
+        kind: MarkKind,
+        now_ms: u64,
+    ) -> Result<(), StateError> {
+        let generator = &self.shared.generator;
+        let mark = StateDir::mark(
+            generator.datacenter_id(),
+            generator.worker_id(),
+            self.layout.epoch_ms(),
+            high_water_ms,
+            kind,
+            now_ms,
+        );
+        let state = Arc::clone(&self.state);
+        let result = tokio::task::spawn_blocking(move || state.store(&mark))
+            .await
+            .unwrap_or_else(|join| {
+                let path = self
+                    .state
+                    .file(generator.datacenter_id(), generator.worker_id());
+                Err(StateError::Write {
+                    path,
+                    source: std::io::Error::other(join),
+                })
+            });
+        match &result {
+            Ok(()) => self.metrics.state_writes.inc(),
+            Err(_) => self.metrics.state_write_errors.inc(),
+        };
+        result
+    }
+
+    /// Stops issuing for good and records the exact point reached, so the next start serves at
+    /// once. Call after every front end has stopped.
+    pub async fn shutdown(&self) -> Result<u64, StateError> {
+        let persisted_ms = {
+            let mut status = self.shared.status();
+            status.phase = Phase::ShuttingDown;
+            self.shared.generator.set_issue_limit_ms(0);
+            status.persisted_mark_ms
+        };
+        // Read after closing: every ID issued under the old limit has a timestamp at or below
+        // this reading (see `Generator::set_issue_limit_ms`), and at or below the reservation.
+        let now_ms = self.clock.now_ms();
+        let last_ms = self.shared.generator.last_issued_ms().unwrap_or(0);
+        let mark_ms = last_ms.max(now_ms).min(persisted_ms.max(last_ms));
+        if persisted_ms == 0 && last_ms == 0 {
+            return Ok(0);
+        }
+        self.store(mark_ms, MarkKind::Shutdown, now_ms).await?;
+        self.shared.status().persisted_mark_ms = mark_ms;
+        Ok(mark_ms)
+    }
+
+    /// Explains a generator error.
+    fn refusal(&self, err: CoreError) -> IssueError {
+        match err {
+            CoreError::ClockMovedBackwards {
+                behind_ms,
+                last_ms,
+                now_ms,
+            } => {
+                self.metrics.clock_backwards_refusals.inc();
+                backwards(behind_ms, last_ms, now_ms)
+            }
+            CoreError::PastIssueLimit { .. } => {
+                let phase = self.shared.status().phase.clone();
+                self.phase_refusal(&phase)
+            }
+            other => IssueError::Unavailable {
+                message: other.to_string(),
+                retry_after_secs: 1,
+            },
+        }
+    }
+
+    fn phase_refusal(&self, phase: &Phase) -> IssueError {
+        let now_ms = self.clock.now_ms();
+        match phase {
+            Phase::Starting => {
+                unavailable("starting: the first high-water mark is being persisted", 1)
+            }
+            Phase::WaitingForMark { mark_ms } => {
+                let wait_ms = mark_ms.saturating_sub(now_ms) + 1;
+                unavailable(
+                    format!(
+                        "restarted with the clock behind the persisted high-water mark: refusing to \
+                         issue ids until the clock (now {now_ms}) passes {mark_ms} ({}), {wait_ms} ms from now",
+                        format_unix_ms(*mark_ms)
+                    ),
+                    wait_ms.div_ceil(1000),
+                )
+            }
+            Phase::Ready => not_reserved(self.shared.generator.issue_limit_ms()),
+            Phase::PersistFailed { message } => unavailable(
+                format!(
+                    "cannot persist the high-water mark ahead of use ({message}); not issuing ids beyond it"
+                ),
+                1,
+            ),
+            Phase::ShuttingDown => unavailable("shutting down", 1),
+        }
+    }
+}
+
+fn unavailable(message: impl Into<String>, retry_after_secs: u64) -> IssueError {
+    IssueError::Unavailable {
+        message: message.into(),
+        retry_after_secs: retry_after_secs.max(1),
+    }
+}
+
+fn backwards(behind_ms: u64, last_ms: u64, now_ms: u64) -> IssueError {
+    unavailable(
+        CoreError::ClockMovedBackwards {
+            behind_ms,
+            last_ms,
+            now_ms,
+        }
+        .to_string(),
+        behind_ms.div_ceil(1000),
+    )
+}
+
+fn not_reserved(limit_ms: u64) -> IssueError {
+    unavailable(
+        format!(
+            "the clock has passed the persisted high-water mark {limit_ms}; waiting for the next \
+             reservation to be written"
+        ),
+        1,
+    )
+}

@@ -1,0 +1,301 @@
+//! Every route and every error of the HTTP/JSON API (SPEC §5).
+
+use crate::support::{T, TestServer, config, get, id_of};
+use hyper::StatusCode;
+use snowflake_core::ManualClock;
+
+async fn server() -> (TestServer, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start(config(dir.path()), ManualClock::new(T)).await;
+    server.wait_ready().await;
+    (server, dir)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn next_id_as_json_and_as_text() {
+    let (server, _dir) = server().await;
+    let reply = server.get("/v1/id").await;
+    assert_eq!(reply.headers["content-type"], "application/json");
+    let id = id_of(&reply);
+    assert_eq!((id >> 22) + 1_288_834_974_657, T);
+    let text = get(server.addr, "/v1/id", &[("accept", "text/plain")]).await;
+    assert_eq!(text.status, StatusCode::OK);
+    assert!(
+        text.headers["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/plain")
+    );
+    assert_eq!(text.body.parse::<u64>().unwrap(), id + 1);
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn next_ids_returns_count_strings_in_order() {
+    let (server, _dir) = server().await;
+    server.tick();
+    let reply = server.get("/v1/ids?count=5000").await;
+    assert_eq!(reply.status, StatusCode::OK);
+    let ids: Vec<u64> = reply.json()["ids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap().parse().unwrap())
+        .collect();
+    assert_eq!(ids.len(), 5000);
+    assert!(ids.windows(2).all(|w| w[0] < w[1]));
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_counts_are_400_naming_the_problem() {
+    let (server, _dir) = server().await;
+    for (query, message) in [
+        (
+            "/v1/ids?count=0",
+            "invalid count: expected 1..=100000, found 0",
+        ),
+        (
+            "/v1/ids?count=-5",
+            "invalid count: expected 1..=100000, found -5",
+        ),
+        (
+            "/v1/ids?count=ten",
+            "invalid count: expected a decimal integer in 1..=100000, found \"ten\"",
+        ),
+        (
+            "/v1/ids?count=100001",
+            "invalid count: expected 1..=100000, found 100001",
+        ),
+        (
+            "/v1/ids?count=99999999999999999999999",
+            "invalid count: expected 1..=100000, found 99999999999999999999999",
+        ),
+        (
+            "/v1/ids?count=",
+            "invalid count: expected a decimal integer in 1..=100000, found \"\"",
+        ),
+        ("/v1/ids", "missing query parameter count"),
+        ("/v1/ids?size=3", "missing query parameter count"),
+    ] {
+        let reply = server.get(query).await;
+        assert_eq!(reply.status, StatusCode::BAD_REQUEST, "{query}");
+        assert!(
+            reply.error().contains(message),
+            "{query}: {}",
+            reply.error()
+        );
+    }
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn decode_matches_the_cli_json() {
+    let (server, _dir) = server().await;
+    let reply = server.get("/v1/decode/1724551110457221119").await;
+    assert_eq!(reply.status, StatusCode::OK);
+    assert_eq!(
+        reply.body,
+        r#"{"id":"1724551110457221119","timestamp_ms":1700000000000,"time":"2023-11-14T22:13:20.000Z","datacenter_id":7,"worker_id":13,"sequence":4095}"#
+    );
+    for (path, message) in [
+        (
+            "/v1/decode/-1",
+            "invalid snowflake id: expected 0..=9223372036854775807, found -1",
+        ),
+        (
+            "/v1/decode/9223372036854775808",
+            "found 9223372036854775808",
+        ),
+        ("/v1/decode/abc", "expected a decimal integer"),
+        ("/v1/decode/%FF", "not valid UTF-8"),
+    ] {
+        let reply = server.get(path).await;
+        assert_eq!(reply.status, StatusCode::BAD_REQUEST, "{path}");
+        assert!(reply.error().contains(message), "{path}: {}", reply.error());
+    }
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn info_health_readiness_and_unknown_routes() {
+    let (server, _dir) = server().await;
+    let info = server.get("/v1/info").await.json();
+    assert_eq!(info["datacenter_id"], 0);
+    assert_eq!(info["worker_id"], 0);
+    assert_eq!(info["epoch_ms"], 1_288_834_974_657_u64);
+    assert_eq!(info["timestamp_ms"], T);
+    assert_eq!(info["ready"], true);
+    assert_eq!(server.get("/healthz").await.status, StatusCode::OK);
+    assert_eq!(server.get("/readyz").await.status, StatusCode::OK);
+    let missing = server.get("/v2/nothing").await;
+    assert_eq!(missing.status, StatusCode::NOT_FOUND);
+    assert!(missing.error().contains("no such route: GET /v2/nothing"));
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_count_ids_requests_and_refusals() {
+    let (server, _dir) = server().await;
+    server.get("/v1/ids?count=10").await;
+    server.get("/v1/ids?count=0").await;
+    server.clock.set_ms(T - 5000);
+    assert_eq!(
+        server.get("/v1/id").await.status,
+        StatusCode::SERVICE_UNAVAILABLE
+    );
+    let metrics = server.get("/metrics").await;
+    assert_eq!(metrics.status, StatusCode::OK);
+    let text = metrics.body;
+    for line in [
+        "snowflake_ids_issued_total{protocol=\"http\"} 10",
+        "snowflake_requests_total{protocol=\"http\",route=\"/v1/ids\",status=\"400\"} 1",
+        "snowflake_requests_total{protocol=\"http\",route=\"/v1/id\",status=\"503\"} 1",
+        "snowflake_clock_backwards_refusals_total 1",
+        "snowflake_sequence_exhaustion_waits_total",
+        "snowflake_node{datacenter_id=\"0\",worker_id=\"0\",identity_source=\"static\"} 1",
+        "snowflake_ready 1",
+        "snowflake_restart_mark_waiting 0",
+        "snowflake_high_water_mark_ms ",
+    ] {
+        assert!(text.contains(line), "missing {line:?} in\n{text}");
+    }
+    server.clock.set_ms(T);
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clock_stepped_back_refuses_with_503_then_resumes_above_the_old_maximum() {
+    let (server, _dir) = server().await;
+    let before = id_of(&server.get("/v1/id").await);
+    server.clock.set_ms(T - 5000);
+    let refused = server.get("/v1/id").await;
+    assert_eq!(refused.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(refused.headers["retry-after"], "5");
+    let message = refused.error();
+    assert!(
+        message.contains("clock moved backwards") && message.contains("5000 ms behind"),
+        "{message}"
+    );
+    assert_eq!(
+        server.get("/v1/ids?count=3").await.status,
+        StatusCode::SERVICE_UNAVAILABLE
+    );
+    let ready = server.get("/readyz").await;
+    assert_eq!(ready.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert!(ready.error().contains("clock moved backwards"));
+    // Health is about the process, not the clock.
+    assert_eq!(server.get("/healthz").await.status, StatusCode::OK);
+
+    server.clock.set_ms(T + 1);
+    server.wait_ready().await;
+    let after = id_of(&server.get("/v1/id").await);
+    assert!(after > before, "{after} <= {before}");
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn small_regressions_are_waited_out_when_configured() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = config(dir.path());
+    config.max_backwards_wait_ms = 1000;
+    let server = TestServer::start(config, ManualClock::new(T)).await;
+    server.wait_ready().await;
+    let before = id_of(&server.get("/v1/id").await);
+    server.clock.set_ms(T - 20);
+    // The manual clock catches up 100 ms of real time later; the request waits, then succeeds.
+    let clock = server.clock.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        clock.set_ms(T + 1);
+    });
+    let after = id_of(&server.get("/v1/id").await);
+    assert!(after > before);
+    assert!(
+        server
+            .get("/metrics")
+            .await
+            .body
+            .contains("snowflake_clock_backwards_waits_total")
+    );
+    // Beyond the bound: refused at once.
+    server.clock.set_ms(T - 5000);
+    assert_eq!(
+        server.get("/v1/id").await.status,
+        StatusCode::SERVICE_UNAVAILABLE
+    );
+    server.clock.set_ms(T + 2);
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn eight_parallel_clients_never_see_a_duplicate() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start(config(dir.path()), ManualClock::new(T)).await;
+    server.wait_ready().await;
+    server.tick();
+    let mut clients = Vec::new();
+    for _ in 0..8 {
+        let addr = server.addr;
+        clients.push(tokio::spawn(async move {
+            let mut ids = Vec::new();
+            for i in 0..100 {
+                if i % 2 == 0 {
+                    ids.push(id_of(&get(addr, "/v1/id", &[]).await));
+                } else {
+                    let reply = get(addr, "/v1/ids?count=50", &[]).await;
+                    ids.extend(
+                        reply.json()["ids"]
+                            .as_array()
+                            .unwrap()
+                            .iter()
+                            .map(|v| v.as_str().unwrap().parse::<u64>().unwrap()),
+                    );
+                }
+            }
+            ids
+        }));
+    }
+    let mut all = Vec::new();
+    for client in clients {
+        let ids = client.await.unwrap();
+        assert!(
+            ids.windows(2).all(|w| w[0] < w[1]),
+            "one client's ids went down"
+        );
+        all.extend(ids);
+    }
+    let total = all.len();
+    all.sort_unstable();
+    all.dedup();
+    assert_eq!(all.len(), total);
+    assert_eq!(total, 8 * (50 + 50 * 50));
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_connection_cap_refuses_extra_connections_with_503() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = config(dir.path());
+    config.max_connections = 2;
+    let server = TestServer::start(config, ManualClock::new(T)).await;
+    server.wait_ready().await;
+    let idle1 = tokio::net::TcpStream::connect(server.addr).await.unwrap();
+    let idle2 = tokio::net::TcpStream::connect(server.addr).await.unwrap();
+    // Once the server has accepted both idle connections, a third is refused.
+    let refused = server
+        .get_until("/v1/id", StatusCode::SERVICE_UNAVAILABLE)
+        .await;
+    assert!(refused.error().contains("too many connections"));
+    assert_eq!(refused.headers["retry-after"], "1");
+    drop((idle1, idle2));
+    server.get_until("/v1/id", StatusCode::OK).await;
+    assert!(
+        server
+            .get("/metrics")
+            .await
+            .body
+            .contains("snowflake_connections_rejected_total")
+    );
+    server.stop().await;
+}

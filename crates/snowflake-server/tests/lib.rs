@@ -1,0 +1,5 @@
+//! In-process tests of the service: the real server on 127.0.0.1:0, driven by a manual clock.
+
+mod http_api;
+mod restart;
+mod support;

@@ -1,0 +1,199 @@
+//! Restart safety (SPEC §3): the durable high-water mark, the lock, and bad state files.
+
+use crate::support::{T, TestServer, config, id_of};
+use hyper::StatusCode;
+use snowflake_core::{Clock, ManualClock};
+use snowflake_server::Node;
+use std::sync::Arc;
+
+fn mark_of(dir: &std::path::Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(dir.join("node-0-0.json")).unwrap()).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_graceful_stop_records_the_exact_point_and_a_restart_serves_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start(config(dir.path()), ManualClock::new(T)).await;
+    server.wait_ready().await;
+    // The reservation is on disk before any ID is issued.
+    let reserved = mark_of(dir.path());
+    assert_eq!(reserved["kind"], "reservation");
+    assert!(reserved["high_water_ms"].as_u64().unwrap() >= T + 200);
+    let last = id_of(&server.get("/v1/id").await);
+    server.stop().await;
+    let mark = mark_of(dir.path());
+    assert_eq!(mark["kind"], "shutdown");
+    assert_eq!(mark["high_water_ms"], T);
+
+    let server = TestServer::start(config(dir.path()), ManualClock::new(T + 1)).await;
+    assert_eq!(
+        server.get("/readyz").await.status,
+        StatusCode::OK,
+        "serves at once"
+    );
+    assert!(id_of(&server.get("/v1/id").await) > last);
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_with_the_clock_30_s_behind_waits_and_never_reissues() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start(config(dir.path()), ManualClock::new(T)).await;
+    server.wait_ready().await;
+    let ids = server.get("/v1/ids?count=100").await.json();
+    let last: u64 = ids["ids"][99].as_str().unwrap().parse().unwrap();
+    server.stop().await;
+
+    let server = TestServer::start(config(dir.path()), ManualClock::new(T - 30_000)).await;
+    let refused = server.get("/v1/id").await;
+    assert_eq!(refused.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert!(
+        refused
+            .error()
+            .contains("restarted with the clock behind the persisted high-water mark"),
+        "{}",
+        refused.error()
+    );
+    assert_eq!(refused.headers["retry-after"], "31");
+    let ready = server.get("/readyz").await;
+    assert_eq!(ready.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert!(
+        server
+            .get("/metrics")
+            .await
+            .body
+            .contains("snowflake_restart_mark_waiting 1")
+    );
+
+    // At the mark itself: still nothing (that millisecond may be used up).
+    server.clock.set_ms(T);
+    tokio::time::sleep(std::time::Duration::from_millis(120)).await;
+    assert_eq!(
+        server.get("/v1/id").await.status,
+        StatusCode::SERVICE_UNAVAILABLE
+    );
+    server.clock.set_ms(T + 1);
+    server.wait_ready().await;
+    let next = id_of(&server.get("/v1/id").await);
+    assert!(next > last, "{next} <= {last}");
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_crash_the_node_waits_out_its_reservation() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start(config(dir.path()), ManualClock::new(T)).await;
+    server.wait_ready().await;
+    let last = id_of(&server.get("/v1/id").await);
+    let reserved = mark_of(dir.path())["high_water_ms"].as_u64().unwrap();
+    server.crash().await;
+    assert_eq!(mark_of(dir.path())["kind"], "reservation");
+
+    // Restarted at the same clock reading: the reservation ahead of it must pass first.
+    let server = TestServer::start(config(dir.path()), ManualClock::new(T)).await;
+    assert_eq!(
+        server.get("/v1/id").await.status,
+        StatusCode::SERVICE_UNAVAILABLE
+    );
+    server.clock.set_ms(reserved + 1);
+    server.wait_ready().await;
+    let next = id_of(&server.get("/v1/id").await);
+    assert!(next > last);
+    assert_eq!((next >> 22) + 1_288_834_974_657, reserved + 1);
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ids_stop_at_the_persisted_mark_when_it_cannot_be_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let server = TestServer::start(config(&state), ManualClock::new(T)).await;
+    server.wait_ready().await;
+    let limit = mark_of(&state)["high_water_ms"].as_u64().unwrap();
+    // Make every further write fail: the directory becomes a file.
+    std::fs::remove_dir_all(&state).unwrap();
+    std::fs::write(&state, "not a directory").unwrap();
+    server.clock.set_ms(limit);
+    assert_eq!(server.get("/v1/id").await.status, StatusCode::OK);
+    server.clock.set_ms(limit + 1);
+    tokio::time::sleep(std::time::Duration::from_millis(120)).await;
+    let refused = server.get("/v1/id").await;
+    assert_eq!(refused.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert!(
+        refused
+            .error()
+            .contains("cannot persist the high-water mark"),
+        "{}",
+        refused.error()
+    );
+    assert!(
+        server
+            .get("/metrics")
+            .await
+            .body
+            .contains("snowflake_ready 0")
+    );
+    // Once writes work again, the node recovers by itself.
+    std::fs::remove_file(&state).unwrap();
+    std::fs::create_dir(&state).unwrap();
+    server.wait_ready().await;
+    assert_eq!(server.get("/v1/id").await.status, StatusCode::OK);
+    server.stop().await;
+}
+
+#[test]
+fn two_nodes_cannot_share_a_state_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock: Arc<dyn Clock> = Arc::new(ManualClock::new(T));
+    let first = Node::new(&config(dir.path()), Arc::clone(&clock)).unwrap();
+    let err = Node::new(&config(dir.path()), Arc::clone(&clock))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("is in use by another snowflake process") && err.contains("pid"),
+        "{err}"
+    );
+    drop(first);
+    Node::new(&config(dir.path()), clock).unwrap();
+}
+
+#[test]
+fn corrupt_or_foreign_state_files_stop_the_start() {
+    let clock: Arc<dyn Clock> = Arc::new(ManualClock::new(T));
+    let cases: [(&str, &str); 5] = [
+        ("", "is corrupt (not a valid state record"),
+        (
+            "{\"high_water_ms\": 5}",
+            "is corrupt (not a valid state record",
+        ),
+        ("\u{0}\u{1}garbage", "is corrupt"),
+        (
+            r#"{"format":1,"datacenter_id":3,"worker_id":0,"epoch_ms":1288834974657,"high_water_ms":1,"kind":"shutdown","written_at_ms":1,"pid":1}"#,
+            "records datacenter 3 worker 0, not datacenter 0 worker 0",
+        ),
+        (
+            r#"{"format":1,"datacenter_id":0,"worker_id":0,"epoch_ms":1000,"high_water_ms":1,"kind":"shutdown","written_at_ms":1,"pid":1}"#,
+            "written under epoch 1000",
+        ),
+    ];
+    for (contents, message) in cases {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("node-0-0.json"), contents).unwrap();
+        let err = Node::new(&config(dir.path()), Arc::clone(&clock))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains(message), "{contents:?}: {err}");
+        assert!(err.contains("refusing to start"), "{err}");
+        // The file is left exactly as it was.
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("node-0-0.json")).unwrap(),
+            contents
+        );
+    }
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("node-0-0.json"), "x".repeat(100_000)).unwrap();
+    let err = Node::new(&config(dir.path()), clock)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("larger than"), "{err}");
+}

@@ -1,0 +1,194 @@
+//! A real server in-process on 127.0.0.1:0 with a manual clock, and a small HTTP client.
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Empty};
+use hyper::StatusCode;
+use hyper::header::HeaderMap;
+use hyper_util::rt::TokioIo;
+use snowflake_core::{Clock, ManualClock};
+use snowflake_server::{Config, Listeners, Node, StateError};
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+/// 2026-ish; any time after the epoch works.
+pub const T: u64 = 1_790_000_000_000;
+
+pub fn config(state_dir: &Path) -> Config {
+    let mut config = Config::with_state_dir(state_dir);
+    config.http_addr = Some(SocketAddr::from(([127, 0, 0, 1], 0)));
+    config.reserve_ms = 200;
+    config
+}
+
+pub struct TestServer {
+    pub addr: SocketAddr,
+    pub node: Arc<Node>,
+    pub clock: ManualClock,
+    stop: Option<oneshot::Sender<()>>,
+    task: Option<JoinHandle<Result<(), StateError>>>,
+    tickers: std::sync::Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        for ticker in self.tickers.lock().unwrap().drain(..) {
+            ticker.abort();
+        }
+    }
+}
+
+impl TestServer {
+    pub async fn start(config: Config, clock: ManualClock) -> TestServer {
+        let node =
+            Node::new(&config, Arc::new(clock.clone()) as Arc<dyn Clock>).expect("node starts");
+        let listeners = Listeners::bind(&config).await.expect("binds");
+        let addr = listeners.http_addr().expect("http on");
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn({
+            let node = Arc::clone(&node);
+            async move {
+                snowflake_server::run(node, &config, listeners, async {
+                    let _ = stopped.await;
+                })
+                .await
+            }
+        });
+        TestServer {
+            addr,
+            node,
+            clock,
+            stop: Some(stop),
+            task: Some(task),
+            tickers: Default::default(),
+        }
+    }
+
+    /// Graceful shutdown, as on SIGTERM; returns once the mark is persisted.
+    pub async fn stop(mut self) {
+        let _ = self.stop.take().expect("running").send(());
+        self.task
+            .take()
+            .expect("running")
+            .await
+            .expect("no panic")
+            .expect("clean stop");
+    }
+
+    /// Like `kill -9`: the run loop is dropped without persisting anything.
+    /// Returns once every task of the service is gone (so its state-directory lock is free).
+    pub async fn crash(mut self) {
+        let task = self.task.take().expect("running");
+        task.abort();
+        let _ = task.await;
+        for _ in 0..200 {
+            if Arc::strong_count(&self.node) == 1 {
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        panic!("the service's tasks outlived it");
+    }
+
+    /// Advances the manual clock 1 ms per real millisecond until the server stops, so requests
+    /// for more than one millisecond's 4096 IDs can complete.
+    pub fn tick(&self) {
+        let clock = self.clock.clone();
+        let ticker = tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+                clock.advance_ms(1);
+            }
+        });
+        self.tickers.lock().unwrap().push(ticker);
+    }
+
+    pub async fn get(&self, path: &str) -> Reply {
+        get(self.addr, path, &[]).await
+    }
+
+    /// Repeats a GET (in real time, bounded) until it answers `status`.
+    pub async fn get_until(&self, path: &str, status: StatusCode) -> Reply {
+        for _ in 0..200 {
+            let reply = self.get(path).await;
+            if reply.status == status {
+                return reply;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        panic!("{path} never answered {status}: {:?}", self.get(path).await);
+    }
+
+    /// Waits (in real time, bounded) until `/readyz` answers 200.
+    pub async fn wait_ready(&self) {
+        for _ in 0..200 {
+            if self.get("/readyz").await.status == StatusCode::OK {
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        panic!("not ready after 2 s: {:?}", self.get("/readyz").await);
+    }
+}
+
+#[derive(Debug)]
+pub struct Reply {
+    pub status: StatusCode,
+    pub headers: HeaderMap,
+    pub body: String,
+}
+
+impl Reply {
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_str(&self.body)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {:?}", self.body))
+    }
+
+    pub fn error(&self) -> String {
+        self.json()["error"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no error field: {}", self.body))
+            .to_owned()
+    }
+}
+
+/// One GET on a fresh connection.
+pub async fn get(addr: SocketAddr, path: &str, headers: &[(&str, &str)]) -> Reply {
+    let stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .expect("handshake");
+    tokio::spawn(connection);
+    let mut request = hyper::Request::get(path).header("host", "127.0.0.1");
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let response = sender
+        .send_request(request.body(Empty::<Bytes>::new()).expect("request"))
+        .await
+        .expect("response");
+    let status = response.status();
+    let headers = response.headers().clone();
+    let body = response
+        .into_body()
+        .collect()
+        .await
+        .expect("body")
+        .to_bytes();
+    Reply {
+        status,
+        headers,
+        body: String::from_utf8(body.to_vec()).expect("utf-8"),
+    }
+}
+
+pub fn id_of(reply: &Reply) -> u64 {
+    assert_eq!(reply.status, StatusCode::OK, "{reply:?}");
+    reply.json()["id"]
+        .as_str()
+        .expect("id is a string")
+        .parse()
+        .expect("decimal")
+}
