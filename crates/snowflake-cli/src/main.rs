@@ -48,7 +48,8 @@ enum Command {
     Next(NextArgs),
     /// Print the layout: epoch, bit widths, last representable time, node count, rate limit.
     Layout,
-    /// Run the ID service (HTTP/JSON on 127.0.0.1:8080 by default) until SIGTERM or SIGINT.
+    /// Run the ID service (HTTP/JSON on 127.0.0.1:8080, gRPC on :50051, Thrift on :7609 by
+    /// default) until SIGTERM or SIGINT.
     Serve(ServeArgs),
     /// Load-test a running service: requests/s, IDs/s and latency percentiles, every response
     /// checked (loopback by default; bounded by --duration and/or --requests).
@@ -284,6 +285,12 @@ fn serve(args: &ServeArgs, epoch_ms: Option<&str>) -> ExitCode {
         let listeners = Listeners::bind(&config).await?;
         if let Some(addr) = listeners.http_addr() {
             tracing::info!(%addr, "http listening");
+        }
+        if let Some(addr) = listeners.grpc_addr() {
+            tracing::info!(%addr, "grpc listening");
+        }
+        if let Some(addr) = listeners.thrift_addr() {
+            tracing::info!(%addr, "thrift listening");
         }
         snowflake_server::run(node, &config, listeners, shutdown).await?;
         anyhow::Ok(())

@@ -1,8 +1,8 @@
 //! The `bench` subcommand's flags, their parsing, and the blocking entry point.
 
 use crate::config::{
-    BenchConfig, DEFAULT_ADDR, MAX_BATCH, MAX_CONNECTIONS, MAX_DURATION, MAX_REQUESTS, MAX_THREADS,
-    MAX_TIMEOUT, Protocol,
+    BenchConfig, DEFAULT_ADDR, MAX_BATCH, MAX_CONNECTIONS, MAX_DURATION, MAX_RATE, MAX_REQUESTS,
+    MAX_THREADS, MAX_TIMEOUT, Protocol,
 };
 use crate::error::Error;
 use std::io::{self, IsTerminal, Write};
@@ -10,7 +10,8 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 /// Measure the service: open many keep-alive connections, ask for IDs as fast as the service
-/// answers (closed loop), check every answer, and report throughput and latency.
+/// answers (closed loop) or at a fixed --rate, check every answer, and report throughput and
+/// latency.
 //
 // Numbers are taken as text and checked in `BenchConfig::try_from`, so that a bad value gets a
 // one-line error naming the flag and its valid range.
@@ -23,7 +24,7 @@ pub struct BenchArgs {
     #[arg(long, value_name = "HOST:PORT", default_value = DEFAULT_ADDR)]
     addr: String,
     /// Concurrent connections, 1..=10000; each sends its next request when the previous
-    /// response arrived.
+    /// response arrived (or, with --rate, when it is due).
     #[arg(
         short = 'c',
         long,
@@ -74,6 +75,13 @@ pub struct BenchArgs {
         allow_negative_numbers = true
     )]
     timeout: String,
+    /// Offer a fixed load of N requests/s in total, 1..=10000000, instead of as many as the
+    /// service answers: the rate is split evenly across the connections, each sending on a fixed
+    /// schedule (never ahead of it; after a slow answer, overdue requests go out back to back).
+    /// Latency is then measured from each request's scheduled send time, not the actual one, so
+    /// a stalled service shows in the percentiles (coordinated omission corrected, as wrk2 does).
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    rate: Option<String>,
     /// Print the report as one JSON object instead of text.
     #[arg(long)]
     json: bool,
@@ -122,6 +130,11 @@ impl TryFrom<&BenchArgs> for BenchConfig {
             Duration::from_millis(1),
             MAX_TIMEOUT,
         )?;
+        let rate = args
+            .rate
+            .as_deref()
+            .map(|text| parse_number("--rate", text, MAX_RATE))
+            .transpose()?;
         BenchConfig::builder()
             .protocol(args.protocol)
             .addr(args.addr.clone())
@@ -133,6 +146,7 @@ impl TryFrom<&BenchArgs> for BenchConfig {
             .threads(usize::try_from(threads).unwrap_or(usize::MAX))
             .timeout(timeout)
             .progress(!args.no_progress && io::stderr().is_terminal())
+            .rate(rate)
             .build()
     }
 }

@@ -14,6 +14,8 @@ pub const MAX_DURATION: Duration = Duration::from_secs(3600);
 pub const MAX_REQUESTS: u64 = 1_000_000_000_000;
 /// The most client worker threads [`run_cli`](crate::run_cli) starts.
 pub const MAX_THREADS: usize = 256;
+/// The highest total rate `--rate` may ask for, in requests per second.
+pub const MAX_RATE: u64 = 10_000_000;
 /// The longest a single request (or connection attempt) may take before it counts as a timeout;
 /// also the top of the latency histogram.
 pub const MAX_TIMEOUT: Duration = Duration::from_secs(60);
@@ -95,11 +97,13 @@ pub struct BenchConfig {
     timeout: Duration,
     /// Whether to print a once-a-second progress line on stderr.
     progress: bool,
+    /// The total requests per second to offer on a fixed schedule; `None` for closed loop.
+    rate: Option<u64>,
 }
 
 impl BenchConfig {
     /// A builder holding the defaults: `127.0.0.1:8080`, HTTP, 50 connections, 10 s, batch 1,
-    /// no warm-up, 1 thread, 5 s timeout, no progress line.
+    /// no warm-up, 1 thread, 5 s timeout, no progress line, closed loop (no rate).
     pub fn builder() -> BenchConfigBuilder {
         BenchConfigBuilder::default()
     }
@@ -155,6 +159,12 @@ impl BenchConfig {
     pub fn progress(&self) -> bool {
         self.progress
     }
+
+    /// The total load offered, in requests per second, when the run sends on a fixed schedule
+    /// (see [`BenchConfigBuilder::rate`]); `None` for a closed-loop run.
+    pub fn rate(&self) -> Option<u64> {
+        self.rate
+    }
 }
 
 /// Collects benchmark settings; [`build`](BenchConfigBuilder::build) validates them all.
@@ -180,6 +190,8 @@ pub struct BenchConfigBuilder {
     timeout: Duration,
     /// See [`BenchConfig::progress`].
     progress: bool,
+    /// See [`BenchConfig::rate`].
+    rate: Option<u64>,
 }
 
 impl Default for BenchConfigBuilder {
@@ -195,6 +207,7 @@ impl Default for BenchConfigBuilder {
             threads: 1,
             timeout: DEFAULT_TIMEOUT,
             progress: false,
+            rate: None,
         }
     }
 }
@@ -263,6 +276,22 @@ impl BenchConfigBuilder {
         self
     }
 
+    /// Offer a fixed load of `rate` requests per second in total, `1..=10000000`, instead of
+    /// closed-loop maximum load (default). The rate is split evenly across the connections, and
+    /// every request has a scheduled send time: the run's `j`-th request is due `j / rate`
+    /// seconds after the start, and connection `i` of `n` sends requests `i`, `i + n`,
+    /// `i + 2n`, ... A connection never sends before a request is due; one that fell behind (a
+    /// slow answer) sends its overdue requests back to back, one at a time, until it is on
+    /// schedule again.
+    ///
+    /// Latency is then measured from each request's scheduled send time, not from when it was
+    /// actually sent, so the time a request waited behind a slow answer counts (coordinated
+    /// omission corrected, as `wrk2` does). `None` clears it.
+    pub fn rate(mut self, rate: impl Into<Option<u64>>) -> Self {
+        self.rate = rate.into();
+        self
+    }
+
     /// Checks every setting and returns the validated config.
     pub fn build(self) -> Result<BenchConfig, Error> {
         check_addr(&self.addr)?;
@@ -311,6 +340,15 @@ impl BenchConfigBuilder {
             Duration::from_millis(1),
             MAX_TIMEOUT,
         )?;
+        if let Some(rate) = self.rate
+            && !(1..=MAX_RATE).contains(&rate)
+        {
+            return Err(Error::invalid(
+                "--rate",
+                format!("1..={MAX_RATE}"),
+                rate.to_string(),
+            ));
+        }
         let duration = match (self.duration, self.requests) {
             (Some(duration), _) => duration,
             (None, Some(_)) => MAX_DURATION,
@@ -327,6 +365,7 @@ impl BenchConfigBuilder {
             threads: self.threads,
             timeout: self.timeout,
             progress: self.progress,
+            rate: self.rate,
         })
     }
 }

@@ -1,8 +1,10 @@
-//! The protocol-independent engine: open the connections, run one closed-loop task per
-//! connection through warm-up and measurement, stop on time, count or shutdown, merge the stats.
+//! The protocol-independent engine: open the connections, run one task per connection (closed
+//! loop, or on a fixed schedule under `--rate`) through warm-up and measurement, stop on time,
+//! count or shutdown, merge the stats.
 
 use crate::config::BenchConfig;
 use crate::error::{Error, describe_io};
+use crate::pace::{Schedule, Timer, TimerHandle};
 use crate::progress;
 use crate::report::{Report, StopReason};
 use crate::stats::{Live, Stats};
@@ -198,6 +200,14 @@ pub(crate) async fn run<C: Client>(
     } else {
         Phase::Warmup
     };
+    // Under --rate, one timer thread wakes every connection when its next request is due; it
+    // stops when this function returns.
+    let timer = match config.rate() {
+        Some(_) => Some(Timer::start().map_err(|err| Error::Runtime {
+            reason: describe_io(&err),
+        })?),
+        None => None,
+    };
     let (phase_tx, phase_rx) = watch::channel(first_phase);
     let live = Arc::new(Live::default());
     let shared = Arc::new(Shared {
@@ -206,12 +216,20 @@ pub(crate) async fn run<C: Client>(
         live: Arc::clone(&live),
     });
     let mut tasks = JoinSet::new();
-    for connection in connections {
+    // The schedule runs on from the warm-up into the measurement.
+    let schedule_start = std::time::Instant::now();
+    let connection_count = u32::try_from(connections.len()).unwrap_or(u32::MAX);
+    for (index, connection) in (0..connection_count).zip(connections) {
+        let pace = timer.as_ref().zip(config.rate()).map(|(timer, rate)| Pace {
+            timer: timer.handle(),
+            schedule: Schedule::new(schedule_start, index, connection_count, rate),
+        });
         tasks.spawn(drive(
             Arc::clone(&client),
             Arc::clone(&shared),
             connection,
             phase_rx.clone(),
+            pace,
         ));
     }
     let progress = config.progress().then(|| {
@@ -301,19 +319,35 @@ async fn back_off(phase: &mut watch::Receiver<Phase>, backoff: &mut Duration) ->
     }
 }
 
-/// One connection's closed loop: (re)connect, wait until ready, claim, send, check, record, until
-/// told to stop or the request budget is spent.
+/// When a connection under `--rate` sends: its schedule, and the timer that wakes it.
+#[derive(Debug)]
+struct Pace {
+    /// Wakes the connection when its next request is due.
+    timer: TimerHandle,
+    /// When its requests are due.
+    schedule: Schedule,
+}
+
+/// One connection's loop: (re)connect, wait until the next request is due (under `--rate`) and
+/// the connection is ready, claim, send, check, record, until told to stop or the request budget
+/// is spent. Without `pace` it is a closed loop: each request goes out as soon as the previous
+/// answer arrived.
 async fn drive<C: Client>(
     client: Arc<C>,
     shared: Arc<Shared>,
     mut connection: Option<C::Connection>,
     mut phase: watch::Receiver<Phase>,
+    mut pace: Option<Pace>,
 ) -> Stats {
     let mut stats = Stats::new();
     let mut backoff = MIN_BACKOFF;
     // Whether the current connection has answered a request well: one the server closes before
     // that is retried after a back-off, not in a busy loop.
     let mut answered = false;
+    // Whether the next request was already claimed against the budget. Under --rate a measured
+    // request is claimed before waiting for its due time, so that once the budget is spent no
+    // connection waits for a request it will not send (which would stretch the run).
+    let mut claimed = false;
     loop {
         if *phase.borrow() == Phase::Stop {
             break;
@@ -342,6 +376,21 @@ async fn drive<C: Client>(
             continue;
         };
 
+        if let Some(pace) = &pace {
+            if !claimed && *phase.borrow() == Phase::Measure {
+                if !shared.claim() {
+                    break;
+                }
+                claimed = true;
+            }
+            // Never ahead of the schedule; a request already overdue goes out at once.
+            tokio::select! {
+                biased;
+                () = stopped(&mut phase) => break,
+                () = pace.timer.sleep_until(pace.schedule.due()) => {}
+            }
+        }
+
         let ready = tokio::select! {
             biased;
             () = stopped(&mut phase) => break,
@@ -366,16 +415,27 @@ async fn drive<C: Client>(
             Phase::Measure => true,
             Phase::Stop => break,
         };
-        if measured && !shared.claim() {
+        if measured && !claimed && !shared.claim() {
             break;
         }
-        let sent_at = Instant::now();
+        claimed = false;
+        // Closed loop: latency from when the request went out. Under --rate: from when it was
+        // due, so that the time it waited behind a slow answer counts too (coordinated omission
+        // corrected, as wrk2 does).
+        let latency_from = match &mut pace {
+            None => Instant::now(),
+            Some(pace) => {
+                let due = pace.schedule.due();
+                pace.schedule.advance();
+                Instant::from_std(due)
+            }
+        };
         let outcome = tokio::select! {
             biased;
             () = stopped(&mut phase) => break,
             outcome = client.request(open) => outcome,
         };
-        let latency = sent_at.elapsed();
+        let latency = latency_from.elapsed();
         match outcome {
             Ok(ids) => {
                 answered = true;

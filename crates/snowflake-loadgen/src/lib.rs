@@ -6,6 +6,13 @@
 //! exactly the IDs asked for, each a decimal Snowflake ID; anything else is counted as an error
 //! by kind (`http_503`, `bad_response`, `timeout`, `connection_closed`, `connect_refused`, ...).
 //!
+//! With a rate ([`BenchConfigBuilder::rate`], `--rate N`) it offers a fixed load instead, like
+//! `wrk2`: N requests per second in total, split evenly across the connections, each sending on
+//! a fixed schedule. Latency is then measured from each request's scheduled send time rather
+//! than from when it actually went out, so a server that stalls shows in the percentiles
+//! instead of silently slowing the client down (coordinated omission). Use it to measure
+//! latency at a given load, e.g. at half of the closed-loop peak.
+//!
 //! A run is always bounded: by its duration (10 s unless set, at most 1 h), by a request count,
 //! or by Ctrl-C, which ends it early with a report of what was measured. If not a single
 //! connection can be opened at the start, the run fails with [`Error::Connect`] rather than
@@ -39,6 +46,7 @@ mod config;
 mod engine;
 mod error;
 mod http;
+mod pace;
 mod progress;
 mod report;
 mod stats;
@@ -46,7 +54,7 @@ mod stats;
 pub use cli::{BenchArgs, run_cli};
 pub use config::{
     BenchConfig, BenchConfigBuilder, DEFAULT_ADDR, DEFAULT_CONNECTIONS, DEFAULT_DURATION,
-    DEFAULT_TIMEOUT, MAX_BATCH, MAX_CONNECTIONS, MAX_DURATION, MAX_REQUESTS, MAX_THREADS,
+    DEFAULT_TIMEOUT, MAX_BATCH, MAX_CONNECTIONS, MAX_DURATION, MAX_RATE, MAX_REQUESTS, MAX_THREADS,
     MAX_TIMEOUT, Protocol,
 };
 pub use error::Error;

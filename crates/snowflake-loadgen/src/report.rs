@@ -33,7 +33,9 @@ impl StopReason {
 
 /// Latency percentiles of the successful measured requests, in microseconds.
 ///
-/// All zero when no request succeeded. Values are HDR-histogram buckets (3 significant digits),
+/// In a closed-loop run a request's latency runs from when it was sent; under `--rate`
+/// ([`Report::offered_rate`] set) from when it was scheduled to be sent, so time spent waiting
+/// behind a slow answer counts too. All zero when no request succeeded. Values are HDR-histogram buckets (3 significant digits),
 /// capped at 60 s.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
 #[non_exhaustive]
@@ -67,6 +69,10 @@ pub struct Report {
     pub connections: u32,
     /// IDs asked for per request.
     pub batch: u32,
+    /// The load offered on a fixed schedule under `--rate`, in requests per second across all
+    /// connections; `None` (JSON `null`) for a closed-loop run. When set, latency is measured
+    /// from each request's scheduled send time.
+    pub offered_rate: Option<u64>,
     /// What ended the measurement.
     pub stopped_by: StopReason,
     /// How long the measurement lasted.
@@ -85,7 +91,7 @@ pub struct Report {
     pub errors: BTreeMap<String, u64>,
     /// IDs received in valid answers.
     pub ids: u64,
-    /// Successful requests per second.
+    /// Successful requests per second: the achieved rate, also under `--rate`.
     pub requests_per_sec: f64,
     /// IDs received per second.
     pub ids_per_sec: f64,
@@ -124,6 +130,7 @@ impl Report {
             addr: config.addr().to_owned(),
             connections: config.connections(),
             batch: config.batch(),
+            offered_rate: config.rate(),
             stopped_by,
             elapsed,
             requests: stats.ok + stats.failed,
@@ -166,6 +173,17 @@ impl fmt::Display for Report {
             self.batch,
             plural(u64::from(self.batch)),
         )?;
+        match self.offered_rate {
+            None => writeln!(
+                f,
+                "load        closed loop: each connection sends when its previous answer arrived"
+            )?,
+            Some(rate) => writeln!(
+                f,
+                "load        {rate} requests/s offered on a fixed schedule; latency measured from \
+                 each request's scheduled send time"
+            )?,
+        }
         writeln!(
             f,
             "elapsed     {:.3} s (stopped by {})",

@@ -1,7 +1,7 @@
 //! The `bench` flags: defaults, accepted forms, and one-line errors for bad values.
 
 use clap::Parser;
-use snowflake_loadgen::{BenchArgs, BenchConfig, MAX_DURATION, Protocol};
+use snowflake_loadgen::{BenchArgs, BenchConfig, MAX_DURATION, MAX_RATE, Protocol};
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -35,6 +35,7 @@ fn the_defaults_target_loopback_for_ten_seconds() {
     assert_eq!(config.batch(), 1);
     assert_eq!(config.warmup(), Duration::ZERO);
     assert_eq!(config.threads(), 1);
+    assert_eq!(config.rate(), None);
     assert!(!args(&[]).json());
 }
 
@@ -59,6 +60,8 @@ fn every_flag_is_taken() {
         "2",
         "--timeout",
         "1s",
+        "--rate",
+        "2500",
         "--json",
         "--no-progress",
     ];
@@ -71,6 +74,7 @@ fn every_flag_is_taken() {
     assert_eq!(config.warmup(), Duration::from_millis(500));
     assert_eq!(config.threads(), 2);
     assert_eq!(config.timeout(), Duration::from_secs(1));
+    assert_eq!(config.rate(), Some(2500));
     assert!(!config.progress());
     assert!(args(&flags).json());
 }
@@ -91,6 +95,19 @@ fn durations_take_seconds_and_units() {
             "{text}"
         );
     }
+}
+
+#[test]
+fn a_rate_is_taken_up_to_ten_million_requests_per_second() {
+    assert_eq!(config(&["--rate", "1"]).unwrap().rate(), Some(1));
+    assert_eq!(
+        config(&["--rate", "10000000"]).unwrap().rate(),
+        Some(MAX_RATE)
+    );
+    // A rate does not bound the run: the default duration still applies.
+    let config = config(&["--rate", "100"]).unwrap();
+    assert_eq!(config.duration(), Duration::from_secs(10));
+    assert_eq!(config.requests(), None);
 }
 
 #[test]
@@ -134,6 +151,30 @@ fn bad_values_get_one_line_naming_the_flag_the_range_and_the_value() {
         (
             &["-n", "0"],
             "invalid --requests: expected 1..=1000000000000, found 0",
+        ),
+        (
+            &["--rate", "0"],
+            "invalid --rate: expected 1..=10000000, found 0",
+        ),
+        (
+            &["--rate", "10000001"],
+            "invalid --rate: expected 1..=10000000, found 10000001",
+        ),
+        (
+            &["--rate", "-100"],
+            "invalid --rate: expected 1..=10000000, found -100",
+        ),
+        (
+            &["--rate", "1.5"],
+            "invalid --rate: expected 1..=10000000, found 1.5",
+        ),
+        (
+            &["--rate", "fast"],
+            "invalid --rate: expected 1..=10000000, found fast",
+        ),
+        (
+            &["--rate", ""],
+            "invalid --rate: expected 1..=10000000, found ",
         ),
         (
             &["--threads", "0"],
@@ -221,12 +262,27 @@ fn the_builder_checks_what_the_flags_check() {
         err.to_string(),
         "invalid --duration: expected 1ms..=3600s, found 3601s"
     );
+    for bad in [0, MAX_RATE + 1, u64::MAX] {
+        let err = BenchConfig::builder().rate(bad).build().unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            format!("invalid --rate: expected 1..=10000000, found {bad}")
+        );
+    }
+    let config = BenchConfig::builder().rate(MAX_RATE).build().unwrap();
+    assert_eq!(config.rate(), Some(MAX_RATE));
+    let config = BenchConfig::builder().rate(5).rate(None).build().unwrap();
+    assert_eq!(config.rate(), None);
 }
 
 #[test]
 fn run_cli_exits_2_for_a_bad_flag_and_1_when_nothing_listens() {
     assert_eq!(
         snowflake_loadgen::run_cli(args(&["-c", "0"])),
+        ExitCode::from(2)
+    );
+    assert_eq!(
+        snowflake_loadgen::run_cli(args(&["--rate", "0"])),
         ExitCode::from(2)
     );
 

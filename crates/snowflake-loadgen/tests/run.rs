@@ -269,6 +269,7 @@ async fn the_report_prints_as_text_and_as_one_json_object() {
 
     let text = report.to_string();
     assert!(text.contains("10 ok, 0 failed"), "{text}");
+    assert!(text.contains("load        closed loop"), "{text}");
     assert!(text.contains("ids         30"), "{text}");
     assert!(text.contains("p99.9"), "{text}");
     assert!(text.contains("stopped by requests"), "{text}");
@@ -280,6 +281,7 @@ async fn the_report_prints_as_text_and_as_one_json_object() {
     assert_eq!(value["protocol"], "http");
     assert_eq!(value["addr"], server.addr());
     assert_eq!(value["batch"], 3);
+    assert_eq!(value["offered_rate"], serde_json::Value::Null);
     assert_eq!(value["stopped_by"], "requests");
     assert_eq!(value["requests_ok"], 10);
     assert_eq!(value["ids"], 30);
@@ -289,4 +291,102 @@ async fn the_report_prints_as_text_and_as_one_json_object() {
     for key in ["samples", "p50", "p90", "p99", "p99_9", "max"] {
         assert!(value["latency_us"][key].is_u64(), "{key} in {json}");
     }
+}
+
+#[tokio::test]
+async fn a_fixed_rate_run_sends_about_rate_times_duration_requests() {
+    let server = TestServer::start(Mode::Good).await;
+    let config = config(&server.addr())
+        .rate(200)
+        .duration(Duration::from_secs(1))
+        .build()
+        .unwrap();
+    let report = snowflake_loadgen::run(config).await.unwrap();
+    assert_eq!(report.stopped_by, StopReason::Duration);
+    assert_eq!(report.offered_rate, Some(200));
+    assert_eq!(report.errors_total, 0, "{:?}", report.errors);
+    // 200 requests are due within the second; a noisy machine may fall a little behind, but a
+    // connection never runs ahead of its schedule.
+    assert!((150..=250).contains(&report.requests_ok), "{report}");
+    assert!((150..=250).contains(&server.requests()), "{report}");
+    assert!(
+        (150.0..=250.0).contains(&report.requests_per_sec),
+        "{report}"
+    );
+    assert_eq!(report.latency_us.samples, report.requests_ok);
+
+    let text = report.to_string();
+    assert!(
+        text.contains("200 requests/s offered on a fixed schedule"),
+        "{text}"
+    );
+    assert!(text.contains("scheduled send time"), "{text}");
+    let value = serde_json::to_value(&report).unwrap();
+    assert_eq!(value["offered_rate"], 200);
+}
+
+#[tokio::test]
+async fn a_count_bounded_run_at_a_rate_never_runs_ahead_of_its_schedule() {
+    let server = TestServer::start(Mode::Good).await;
+    // 100/s over 2 connections: the 20th request is due 190 ms after the start.
+    let config = config(&server.addr())
+        .connections(2)
+        .rate(100)
+        .requests(20)
+        .build()
+        .unwrap();
+    let report = snowflake_loadgen::run(config).await.unwrap();
+    assert_eq!(report.stopped_by, StopReason::Requests);
+    assert_eq!(report.requests_ok, 20);
+    assert_eq!(server.requests(), 20);
+    assert!(
+        report.elapsed >= Duration::from_millis(150),
+        "{:?}",
+        report.elapsed
+    );
+}
+
+#[tokio::test]
+async fn under_a_rate_a_slow_server_shows_the_schedule_delay_in_the_latency() {
+    // Each answer takes 50 ms, so one connection manages about 20 of the 100 requests/s asked
+    // for. Measured from when they were sent, latencies would be about 50 ms; measured from the
+    // schedule, request k waits behind the k before it: about 50 + 40 k ms.
+    let server = TestServer::start(Mode::Slow(Duration::from_millis(50))).await;
+    let config = config(&server.addr())
+        .connections(1)
+        .rate(100)
+        .duration(Duration::from_secs(1))
+        .build()
+        .unwrap();
+    let report = snowflake_loadgen::run(config).await.unwrap();
+    assert_eq!(report.errors_total, 0, "{:?}", report.errors);
+    assert!(report.requests_ok >= 3, "{report}");
+    assert!(report.requests_ok <= 25, "{report}");
+    assert!(report.requests_per_sec < 50.0, "{report}");
+    assert!(report.latency_us.p50 > 150_000, "{report}");
+    assert!(report.latency_us.max > 300_000, "{report}");
+}
+
+#[tokio::test]
+async fn shutdown_ends_a_rate_run_while_connections_wait_for_their_turn() {
+    let server = TestServer::start(Mode::Good).await;
+    // 2 requests/s over 4 connections: most connections wait seconds for their first request.
+    let config = config(&server.addr())
+        .rate(2)
+        .warmup(Duration::from_millis(100))
+        .duration(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    let started = Instant::now();
+    let report = snowflake_loadgen::run_with_shutdown(
+        config,
+        tokio::time::sleep(Duration::from_millis(700)),
+    )
+    .await
+    .unwrap();
+    assert_eq!(report.stopped_by, StopReason::Interrupted);
+    assert!(started.elapsed() < Duration::from_secs(3));
+    // Requests 0 and 1 of the run are due at 0 and 0.5 s: the first during the warm-up.
+    assert!(report.requests_ok <= 2, "{report}");
+    assert!(server.requests() <= 3, "{report}");
 }

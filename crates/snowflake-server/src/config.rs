@@ -21,6 +21,25 @@ pub struct ServeArgs {
     #[arg(long, env = "SNOWFLAKE_HTTP_ADDR", value_name = "ADDR")]
     pub http_addr: Option<String>,
 
+    /// gRPC listen address, or `off` [default: 127.0.0.1:50051].
+    #[arg(long, env = "SNOWFLAKE_GRPC_ADDR", value_name = "ADDR")]
+    pub grpc_addr: Option<String>,
+
+    /// Thrift listen address (framed transport, binary protocol, the 2010 IDL), or `off`
+    /// [default: 127.0.0.1:7609].
+    #[arg(long, env = "SNOWFLAKE_THRIFT_ADDR", value_name = "ADDR")]
+    pub thrift_addr: Option<String>,
+
+    /// Largest Thrift frame accepted, 64..=16384000 bytes; a connection sending a larger (or
+    /// garbage) length is closed [default: 65536].
+    #[arg(
+        long,
+        env = "SNOWFLAKE_THRIFT_MAX_FRAME_BYTES",
+        value_name = "BYTES",
+        allow_negative_numbers = true
+    )]
+    pub thrift_max_frame_bytes: Option<String>,
+
     /// Datacenter id of this node, 0..=31 [default: 0].
     #[arg(
         long,
@@ -136,6 +155,12 @@ pub enum LogFormat {
 pub struct Config {
     /// HTTP listen address; `None` when off.
     pub http_addr: Option<SocketAddr>,
+    /// gRPC listen address; `None` when off.
+    pub grpc_addr: Option<SocketAddr>,
+    /// Thrift listen address; `None` when off.
+    pub thrift_addr: Option<SocketAddr>,
+    /// Largest Thrift frame accepted, in bytes.
+    pub thrift_max_frame_bytes: usize,
     /// The layout (Twitter's unless `--epoch-ms` says otherwise).
     pub layout: Layout,
     /// Datacenter id.
@@ -169,6 +194,9 @@ impl Config {
     pub fn with_state_dir(state_dir: impl Into<PathBuf>) -> Config {
         Config {
             http_addr: Some(SocketAddr::from(([127, 0, 0, 1], 8080))),
+            grpc_addr: Some(SocketAddr::from(([127, 0, 0, 1], 50051))),
+            thrift_addr: Some(SocketAddr::from(([127, 0, 0, 1], 7609))),
+            thrift_max_frame_bytes: 65_536,
             layout: Layout::TWITTER,
             datacenter_id: 0,
             worker_id: 0,
@@ -206,6 +234,14 @@ impl Config {
         }
         if let Some((text, name)) = src.pick(args.http_addr.as_deref(), "http-addr", "http_addr") {
             config.http_addr = parse_addr(&text).map_err(|e| ConfigError::invalid(&name, e))?;
+        }
+        if let Some((text, name)) = src.pick(args.grpc_addr.as_deref(), "grpc-addr", "grpc_addr") {
+            config.grpc_addr = parse_addr(&text).map_err(|e| ConfigError::invalid(&name, e))?;
+        }
+        if let Some((text, name)) =
+            src.pick(args.thrift_addr.as_deref(), "thrift-addr", "thrift_addr")
+        {
+            config.thrift_addr = parse_addr(&text).map_err(|e| ConfigError::invalid(&name, e))?;
         }
         let layout = config.layout;
         if let Some((text, name)) = src.pick(
@@ -248,6 +284,15 @@ impl Config {
                     .map_err(|e| ConfigError::invalid(&name, e)),
             }
         };
+        if let Some(n) = number(
+            args.thrift_max_frame_bytes.as_deref(),
+            "thrift-max-frame-bytes",
+            "thrift_max_frame_bytes",
+            64,
+            16_384_000,
+        )? {
+            config.thrift_max_frame_bytes = usize::try_from(n).unwrap_or(usize::MAX);
+        }
         if let Some(n) = number(
             args.max_batch.as_deref(),
             "max-batch",
@@ -327,9 +372,12 @@ impl Config {
         if let Some((text, _)) = src.pick(args.log.as_deref(), "log", "log") {
             config.log = text;
         }
-        if config.http_addr.is_none() {
+        if config.http_addr.is_none() && config.grpc_addr.is_none() && config.thrift_addr.is_none()
+        {
             return Err(ConfigError(
-                "every listener is off (--http-addr off): the service would have no way to hand out ids".into(),
+                "every listener is off (--http-addr, --grpc-addr and --thrift-addr): the service would \
+                 have no way to hand out ids"
+                    .into(),
             ));
         }
         Ok(config)
@@ -350,6 +398,9 @@ impl ConfigError {
 /// The keys a config file may hold.
 const FILE_KEYS: &[&str] = &[
     "http_addr",
+    "grpc_addr",
+    "thrift_addr",
+    "thrift_max_frame_bytes",
     "epoch_ms",
     "datacenter_id",
     "worker_id",

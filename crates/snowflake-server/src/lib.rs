@@ -7,13 +7,15 @@
 #![deny(missing_docs)]
 
 pub mod config;
+pub mod grpc;
 pub mod http;
 pub mod metrics;
 pub mod node;
 pub mod state;
+pub mod thrift;
 
 pub use config::{Config, ConfigError, LogFormat, ServeArgs};
-pub use node::{IssueError, Node, Protocol};
+pub use node::{IssueError, Node, NotNow, Protocol};
 pub use state::StateError;
 
 use std::future::Future;
@@ -27,30 +29,53 @@ use tokio::sync::watch;
 pub struct Listeners {
     /// HTTP/JSON.
     pub http: Option<TcpListener>,
+    /// gRPC.
+    pub grpc: Option<TcpListener>,
+    /// Thrift.
+    pub thrift: Option<TcpListener>,
 }
 
 impl Listeners {
     /// Binds every enabled listener of `config`.
     pub async fn bind(config: &Config) -> Result<Listeners, BindError> {
-        let http = match config.http_addr {
-            Some(addr) => Some(bind(addr, "http").await?),
-            None => None,
-        };
-        Ok(Listeners { http })
+        Ok(Listeners {
+            http: bind(config.http_addr, "http").await?,
+            grpc: bind(config.grpc_addr, "grpc").await?,
+            thrift: bind(config.thrift_addr, "thrift").await?,
+        })
     }
 
-    /// The addresses actually bound (useful with port 0).
+    /// The HTTP address actually bound (useful with port 0).
     pub fn http_addr(&self) -> Option<SocketAddr> {
         self.http.as_ref().and_then(|l| l.local_addr().ok())
     }
+
+    /// The gRPC address actually bound.
+    pub fn grpc_addr(&self) -> Option<SocketAddr> {
+        self.grpc.as_ref().and_then(|l| l.local_addr().ok())
+    }
+
+    /// The Thrift address actually bound.
+    pub fn thrift_addr(&self) -> Option<SocketAddr> {
+        self.thrift.as_ref().and_then(|l| l.local_addr().ok())
+    }
 }
 
-async fn bind(addr: SocketAddr, protocol: &'static str) -> Result<TcpListener, BindError> {
-    TcpListener::bind(addr).await.map_err(|source| BindError {
-        protocol,
-        addr,
-        source,
-    })
+async fn bind(
+    addr: Option<SocketAddr>,
+    protocol: &'static str,
+) -> Result<Option<TcpListener>, BindError> {
+    match addr {
+        Some(addr) => TcpListener::bind(addr)
+            .await
+            .map(Some)
+            .map_err(|source| BindError {
+                protocol,
+                addr,
+                source,
+            }),
+        None => Ok(None),
+    }
 }
 
 /// A listener could not be bound.
@@ -83,6 +108,14 @@ pub async fn run(
     if let Some(listener) = listeners.http {
         let (node, config, stop) = (Arc::clone(&node), config.clone(), stop_rx.clone());
         front_ends.spawn(async move { http::serve(listener, node, &config, stop).await });
+    }
+    if let Some(listener) = listeners.grpc {
+        let (node, config, stop) = (Arc::clone(&node), config.clone(), stop_rx.clone());
+        front_ends.spawn(async move { grpc::serve(listener, node, &config, stop).await });
+    }
+    if let Some(listener) = listeners.thrift {
+        let (node, config, stop) = (Arc::clone(&node), config.clone(), stop_rx.clone());
+        front_ends.spawn(async move { thrift::serve(listener, node, &config, stop).await });
     }
     shutdown.await;
     tracing::info!("shutting down: no new connections; finishing in-flight requests");

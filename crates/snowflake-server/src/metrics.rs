@@ -28,6 +28,19 @@ pub struct RequestLabels {
     pub status: u16,
 }
 
+/// Labels of `snowflake_thrift_ids_by_agent_total`.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct AgentLabels {
+    /// The Thrift user agent, or `other` past the first [`MAX_AGENTS`] distinct ones.
+    pub agent: String,
+}
+
+/// At most this many distinct user agents get their own counter (the 2010 server kept one per
+/// agent without bound); later ones are counted as `other`.
+pub const MAX_AGENTS: usize = 100;
+/// Longer user agents are counted as `other`.
+const MAX_AGENT_LABEL: usize = 64;
+
 /// The service's counters, and the registry that encodes them with the node's live gauges.
 #[derive(Debug)]
 pub struct Metrics {
@@ -44,6 +57,13 @@ pub struct Metrics {
     pub state_write_errors: Counter,
     /// Connections refused because the connection cap was reached.
     pub connections_rejected: Counter,
+    /// Thrift connections closed for an oversized, negative or garbage frame.
+    pub thrift_bad_frames: Counter,
+    /// Thrift `get_id` calls refused for an invalid user agent.
+    pub thrift_invalid_agents: Counter,
+    thrift_ids_by_agent: Family<AgentLabels, Counter>,
+    /// The agents that have a counter of their own.
+    known_agents: std::sync::Mutex<std::collections::HashSet<String>>,
 }
 
 impl Metrics {
@@ -87,6 +107,24 @@ impl Metrics {
             "Connections refused because the connection cap was reached",
             connections_rejected.clone(),
         );
+        let thrift_bad_frames = Counter::default();
+        registry.register(
+            "thrift_bad_frames",
+            "Thrift connections closed for an oversized, negative or garbage frame",
+            thrift_bad_frames.clone(),
+        );
+        let thrift_invalid_agents = Counter::default();
+        registry.register(
+            "thrift_invalid_agents",
+            "Thrift get_id calls refused for an invalid user agent",
+            thrift_invalid_agents.clone(),
+        );
+        let thrift_ids_by_agent = Family::<AgentLabels, Counter>::default();
+        registry.register(
+            "thrift_ids_by_agent",
+            "IDs issued over Thrift, by user agent (the first 100 agents; then \"other\")",
+            thrift_ids_by_agent.clone(),
+        );
         registry.register_collector(Box::new(NodeCollector { shared }));
         Metrics {
             registry,
@@ -97,7 +135,34 @@ impl Metrics {
             state_writes,
             state_write_errors,
             connections_rejected,
+            thrift_bad_frames,
+            thrift_invalid_agents,
+            thrift_ids_by_agent,
+            known_agents: std::sync::Mutex::default(),
         }
+    }
+
+    /// Counts one ID issued over Thrift to `agent` (already validated).
+    pub fn thrift_agent_ids(&self, agent: &str) {
+        let label = {
+            let mut known = self
+                .known_agents
+                .lock()
+                .unwrap_or_else(|poison| poison.into_inner());
+            if known.contains(agent) {
+                agent
+            } else if known.len() < MAX_AGENTS && agent.len() <= MAX_AGENT_LABEL {
+                known.insert(agent.to_owned());
+                agent
+            } else {
+                "other"
+            }
+        };
+        self.thrift_ids_by_agent
+            .get_or_create(&AgentLabels {
+                agent: label.to_owned(),
+            })
+            .inc();
     }
 
     /// Counts `n` IDs issued over `protocol`.

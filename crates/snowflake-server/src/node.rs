@@ -48,6 +48,24 @@ pub enum IssueError {
     },
 }
 
+/// How many on-demand reservations one request may wait for before it is refused.
+const MAX_RESERVATIONS_PER_REQUEST: u32 = 3;
+
+/// Why [`Node::issue_now`] issued nothing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NotNow {
+    /// Refused; the error says why.
+    Refused(IssueError),
+    /// The clock is a little behind: wait this many milliseconds and try again.
+    Wait {
+        /// How long to wait.
+        ms: u64,
+    },
+    /// The clock has run past the reservation (it jumped forward): await
+    /// [`Node::reserve_now`] and try again.
+    Reserve,
+}
+
 /// Where the node is in its life.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Phase {
@@ -96,10 +114,22 @@ impl NodeShared {
             .unwrap_or_else(|poison| poison.into_inner())
     }
 
+    /// Whether IDs can be issued right now: open, the clock not behind the last issued ID,
+    /// and not past the reservation.
+    fn can_issue(&self, phase: &Phase) -> bool {
+        let now_ms = self.generator.clock().now_ms();
+        *phase == Phase::Ready
+            && self
+                .generator
+                .last_issued_ms()
+                .is_none_or(|last_ms| now_ms >= last_ms)
+            && now_ms <= self.generator.issue_limit_ms()
+    }
+
     pub(crate) fn snapshot(&self) -> Snapshot {
         let status = self.status();
         Snapshot {
-            ready: status.phase == Phase::Ready,
+            ready: self.can_issue(&status.phase),
             waiting_for_mark: matches!(status.phase, Phase::WaitingForMark { .. }),
             persisted_mark_ms: status.persisted_mark_ms,
         }
@@ -142,6 +172,8 @@ pub struct Node {
     max_backwards_wait_ms: u64,
     /// How far ahead of the clock the high-water mark is reserved.
     reserve_ms: u64,
+    /// Serializes reservations (the keeper's and on-demand ones after a forward clock jump).
+    reserving: tokio::sync::Mutex<()>,
     /// The locked state directory; shared with the blocking threads that write it.
     state: Arc<StateDir>,
     metrics: Metrics,
@@ -196,6 +228,7 @@ impl Node {
             max_batch: config.max_batch,
             max_backwards_wait_ms: config.max_backwards_wait_ms,
             reserve_ms: config.reserve_ms,
+            reserving: tokio::sync::Mutex::new(()),
             state: Arc::new(state),
         }))
     }
@@ -242,11 +275,47 @@ impl Node {
     /// increasing order. A clock regression within `--max-backwards-wait-ms` is waited out
     /// without blocking a thread; anything else that stops the generator is explained.
     pub async fn issue(&self, protocol: Protocol, count: u64) -> Result<Vec<IdBatch>, IssueError> {
+        let mut waited_ms = 0;
+        let mut reservations = 0;
+        loop {
+            match self.issue_now(protocol, count, waited_ms) {
+                Ok(batches) => return Ok(batches),
+                Err(NotNow::Refused(err)) => return Err(err),
+                Err(NotNow::Wait { ms }) => {
+                    tokio::time::sleep(Duration::from_millis(ms)).await;
+                    waited_ms += ms;
+                }
+                Err(NotNow::Reserve) if reservations < MAX_RESERVATIONS_PER_REQUEST => {
+                    self.reserve_now().await;
+                    reservations += 1;
+                }
+                Err(NotNow::Reserve) => {
+                    return Err(not_reserved(self.shared.generator.issue_limit_ms()));
+                }
+            }
+        }
+    }
+
+    /// Persists a reservation from the clock's current reading at once (unless one that covers
+    /// it was just written), as the keeper would on its next tick: after a forward clock jump,
+    /// requests wait for this write instead of failing.
+    pub async fn reserve_now(&self) {
+        self.reserve(self.clock.now_ms()).await;
+    }
+
+    /// One attempt at [`Node::issue`] that never waits: the IDs, a refusal, or how long to
+    /// wait before trying again (a clock regression within the configured bound, counting the
+    /// `waited_ms` already spent on this request). For front ends whose handlers are synchronous.
+    pub fn issue_now(
+        &self,
+        protocol: Protocol,
+        count: u64,
+        waited_ms: u64,
+    ) -> Result<Vec<IdBatch>, NotNow> {
         let generator = &self.shared.generator;
         let per_ms = self.layout.max_ids_per_ms();
         let mut batches = Vec::with_capacity(usize::try_from(count / per_ms + 2).unwrap_or(2));
         let mut left = count;
-        let mut waited_ms = 0;
         while left > 0 {
             match generator.try_next_batch(left.min(per_ms)) {
                 Ok(batch) => {
@@ -257,14 +326,23 @@ impl Node {
                     if waited_ms + behind_ms <= self.max_backwards_wait_ms =>
                 {
                     self.metrics.clock_backwards_waits.inc();
-                    tokio::time::sleep(Duration::from_millis(behind_ms)).await;
-                    waited_ms += behind_ms;
+                    return Err(NotNow::Wait { ms: behind_ms });
                 }
-                Err(err) => return Err(self.refusal(err)),
+                Err(CoreError::PastIssueLimit { .. })
+                    if self.shared.status().phase == Phase::Ready =>
+                {
+                    return Err(NotNow::Reserve);
+                }
+                Err(err) => return Err(NotNow::Refused(self.refusal(err))),
             }
         }
         self.metrics.ids_issued(protocol, count);
         Ok(batches)
+    }
+
+    /// The node's clock now (Unix ms): what Thrift's `get_timestamp` returns.
+    pub fn now_ms(&self) -> u64 {
+        self.clock.now_ms()
     }
 
     /// Ok while the node can issue IDs; otherwise why not.
@@ -295,7 +373,7 @@ impl Node {
             epoch_ms: self.layout.epoch_ms(),
             timestamp_ms: self.clock.now_ms(),
             identity_source: self.shared.identity_source,
-            ready: status.phase == Phase::Ready,
+            ready: self.shared.can_issue(&status.phase),
             high_water_mark_ms: status.persisted_mark_ms,
             max_batch: self.max_batch,
             version: env!("CARGO_PKG_VERSION"),
@@ -352,6 +430,18 @@ impl Node {
 
     /// Durably reserves up to `now + reserve_ms`, then lets the generator issue up to there.
     async fn reserve(&self, now_ms: u64) {
+        let _writer = self.reserving.lock().await;
+        // Another writer may have covered this reading while we waited for the lock.
+        {
+            let status = self.shared.status();
+            let limit_ms = self.shared.generator.issue_limit_ms();
+            if status.phase == Phase::ShuttingDown
+                || (status.phase == Phase::Ready
+                    && now_ms.saturating_add(self.reserve_ms / 2) < limit_ms)
+            {
+                return;
+            }
+        }
         let target_ms = now_ms
             .saturating_add(self.reserve_ms)
             .max(self.shared.status().persisted_mark_ms);

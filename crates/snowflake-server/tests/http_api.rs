@@ -290,12 +290,50 @@ async fn the_connection_cap_refuses_extra_connections_with_503() {
     assert_eq!(refused.headers["retry-after"], "1");
     drop((idle1, idle2));
     server.get_until("/v1/id", StatusCode::OK).await;
+    let metrics = server.get_until("/metrics", StatusCode::OK).await.body;
+    assert!(
+        metrics.contains("snowflake_connections_rejected_total"),
+        "{metrics}"
+    );
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forward_clock_jump_only_leaves_a_gap() {
+    let (server, dir) = server().await;
+    let before = id_of(&server.get("/v1/id").await);
+    // Far past the reservation: the request waits for a new one to be written, then succeeds.
+    server.clock.set_ms(T + 10_000);
+    let after = id_of(&server.get("/v1/id").await);
+    assert!(after > before);
+    assert_eq!((after >> 22) + 1_288_834_974_657, T + 10_000);
+    let mark: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("node-0-0.json")).unwrap())
+            .unwrap();
+    assert!(mark["high_water_ms"].as_u64().unwrap() >= T + 10_000);
+    assert_eq!(server.get("/readyz").await.status, StatusCode::OK);
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn info_and_metrics_agree_with_readiness_while_the_clock_is_behind() {
+    let (server, _dir) = server().await;
+    server.get("/v1/id").await;
+    server.clock.set_ms(T - 1000);
+    assert_eq!(
+        server.get("/readyz").await.status,
+        StatusCode::SERVICE_UNAVAILABLE
+    );
+    assert_eq!(server.get("/v1/info").await.json()["ready"], false);
     assert!(
         server
             .get("/metrics")
             .await
             .body
-            .contains("snowflake_connections_rejected_total")
+            .contains("snowflake_ready 0")
     );
+    server.clock.set_ms(T + 1);
+    server.wait_ready().await;
+    assert_eq!(server.get("/v1/info").await.json()["ready"], true);
     server.stop().await;
 }

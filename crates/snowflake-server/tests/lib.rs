@@ -1,6 +1,8 @@
 //! In-process tests of the service: the real server on 127.0.0.1:0, driven by a manual clock.
 
 mod config;
+mod grpc;
 mod http_api;
 mod restart;
 mod support;
+mod thrift;

@@ -19,23 +19,29 @@ pub const T: u64 = 1_790_000_000_000;
 pub fn config(state_dir: &Path) -> Config {
     let mut config = Config::with_state_dir(state_dir);
     config.http_addr = Some(SocketAddr::from(([127, 0, 0, 1], 0)));
+    config.grpc_addr = Some(SocketAddr::from(([127, 0, 0, 1], 0)));
+    config.thrift_addr = Some(SocketAddr::from(([127, 0, 0, 1], 0)));
     config.reserve_ms = 200;
     config
 }
 
 pub struct TestServer {
     pub addr: SocketAddr,
+    /// The Thrift listener's address, if on.
+    pub thrift_addr: Option<SocketAddr>,
+    /// The gRPC listener's address, if on.
+    pub grpc_addr: Option<SocketAddr>,
     pub node: Arc<Node>,
     pub clock: ManualClock,
     stop: Option<oneshot::Sender<()>>,
     task: Option<JoinHandle<Result<(), StateError>>>,
-    tickers: std::sync::Mutex<Vec<JoinHandle<()>>>,
+    tickers: std::sync::Mutex<Vec<Arc<std::sync::atomic::AtomicBool>>>,
 }
 
 impl Drop for TestServer {
     fn drop(&mut self) {
         for ticker in self.tickers.lock().unwrap().drain(..) {
-            ticker.abort();
+            ticker.store(true, std::sync::atomic::Ordering::Relaxed);
         }
     }
 }
@@ -46,6 +52,8 @@ impl TestServer {
             Node::new(&config, Arc::new(clock.clone()) as Arc<dyn Clock>).expect("node starts");
         let listeners = Listeners::bind(&config).await.expect("binds");
         let addr = listeners.http_addr().expect("http on");
+        let thrift_addr = listeners.thrift_addr();
+        let grpc_addr = listeners.grpc_addr();
         let (stop, stopped) = oneshot::channel::<()>();
         let task = tokio::spawn({
             let node = Arc::clone(&node);
@@ -58,6 +66,8 @@ impl TestServer {
         });
         TestServer {
             addr,
+            thrift_addr,
+            grpc_addr,
             node,
             clock,
             stop: Some(stop),
@@ -92,17 +102,21 @@ impl TestServer {
         panic!("the service's tasks outlived it");
     }
 
-    /// Advances the manual clock 1 ms per real millisecond until the server stops, so requests
-    /// for more than one millisecond's 4096 IDs can complete.
+    /// Advances the manual clock 1 ms per real millisecond until the server is dropped, so
+    /// requests for more than one millisecond's 4096 IDs can complete. It runs on an OS thread:
+    /// a generator waiting for the next millisecond spins on a runtime worker, which could starve
+    /// a ticker task scheduled on that same worker.
     pub fn tick(&self) {
         let clock = self.clock.clone();
-        let ticker = tokio::spawn(async move {
-            loop {
-                tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = Arc::clone(&stop);
+        std::thread::spawn(move || {
+            while !flag.load(std::sync::atomic::Ordering::Relaxed) {
+                std::thread::sleep(std::time::Duration::from_millis(1));
                 clock.advance_ms(1);
             }
         });
-        self.tickers.lock().unwrap().push(ticker);
+        self.tickers.lock().unwrap().push(stop);
     }
 
     pub async fn get(&self, path: &str) -> Reply {

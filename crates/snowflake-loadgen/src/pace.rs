@@ -1,0 +1,337 @@
+//! Fixed-rate sending (`--rate`): each connection's schedule of send times, and the timer that
+//! wakes connections when their next request is due.
+//!
+//! The timer is a thread of its own rather than tokio's, because tokio's timer has a 1 ms
+//! granularity and fires on average about 1 ms late. Under `--rate` latency is measured from the
+//! scheduled send time, so that lateness would be added to every sample, and a run could never
+//! show a p99 below 1 ms. A thread waiting on a condition variable wakes within tens of
+//! microseconds of the due time.
+
+use crate::config::MAX_DURATION;
+use std::cmp::{Ordering, Reverse};
+use std::collections::BinaryHeap;
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::task::{Context, Poll, Waker};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// When one connection's requests are due.
+///
+/// The run's requests are numbered `j = 0, 1, 2, ...` across all connections, request `j` due
+/// `j / rate` seconds after the start; connection `i` of `n` takes every `n`-th of them,
+/// starting with `i`. So the total load is spread evenly in time, and each connection sends
+/// `rate / n` requests per second. Due times are computed from the start rather than by adding
+/// intervals, so they do not drift.
+#[derive(Debug, Clone)]
+pub(crate) struct Schedule {
+    /// When request 0 of the run is due.
+    start: Instant,
+    /// The run-wide number of this connection's next request.
+    next: u64,
+    /// How far apart this connection's requests are in that numbering: the connection count.
+    step: u64,
+    /// Requests per second, across all connections.
+    rate: u64,
+}
+
+impl Schedule {
+    /// The schedule of connection `index` of `connections`, for `rate` requests per second in
+    /// total from `start`.
+    pub(crate) fn new(start: Instant, index: u32, connections: u32, rate: u64) -> Schedule {
+        Schedule {
+            start,
+            next: u64::from(index),
+            step: u64::from(connections.max(1)),
+            rate: rate.max(1),
+        }
+    }
+
+    /// When this connection's next request is due.
+    pub(crate) fn due(&self) -> Instant {
+        let nanos = u128::from(self.next) * 1_000_000_000 / u128::from(self.rate);
+        let offset = Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX));
+        // Only a run far longer than any allowed one gets here: it is over by then anyway.
+        self.start
+            .checked_add(offset)
+            .unwrap_or(self.start + 4 * MAX_DURATION)
+    }
+
+    /// Moves on to the connection's next request, once the current one was sent.
+    pub(crate) fn advance(&mut self) {
+        self.next = self.next.saturating_add(self.step);
+    }
+}
+
+/// A thread that wakes tasks at given instants; stopped and joined when dropped.
+#[derive(Debug)]
+pub(crate) struct Timer {
+    /// What the thread and the waiting tasks share.
+    shared: Arc<TimerShared>,
+    /// The thread, joined on drop.
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Timer {
+    /// Starts the timer thread.
+    pub(crate) fn start() -> io::Result<Timer> {
+        let shared = Arc::new(TimerShared {
+            state: Mutex::new(TimerState {
+                queue: BinaryHeap::new(),
+                next_seq: 0,
+                stop: false,
+            }),
+            changed: Condvar::new(),
+        });
+        let thread = std::thread::Builder::new()
+            .name("snowflake-bench-timer".to_owned())
+            .spawn({
+                let shared = Arc::clone(&shared);
+                move || shared.run()
+            })?;
+        Ok(Timer {
+            shared,
+            thread: Some(thread),
+        })
+    }
+
+    /// A handle for tasks to wait with.
+    pub(crate) fn handle(&self) -> TimerHandle {
+        TimerHandle(Arc::clone(&self.shared))
+    }
+}
+
+impl Drop for Timer {
+    fn drop(&mut self) {
+        self.shared.lock().stop = true;
+        self.shared.changed.notify_one();
+        if let Some(thread) = self.thread.take() {
+            // The thread only waits on the condition variable, so it ends at once.
+            let _ = thread.join();
+        }
+    }
+}
+
+/// Lets a task wait for an instant on the [`Timer`] thread.
+#[derive(Debug, Clone)]
+pub(crate) struct TimerHandle(Arc<TimerShared>);
+
+impl TimerHandle {
+    /// Completes once `due` has passed (at once if it has already).
+    pub(crate) fn sleep_until(&self, due: Instant) -> Sleep<'_> {
+        Sleep {
+            timer: &self.0,
+            due,
+            registered: None,
+        }
+    }
+}
+
+/// The state behind the mutex, and the condition variable the thread waits on.
+#[derive(Debug)]
+struct TimerShared {
+    /// The waiting tasks, and whether to stop.
+    state: Mutex<TimerState>,
+    /// Signalled when an earlier deadline arrives or when the timer stops.
+    changed: Condvar,
+}
+
+/// The waiting tasks, earliest first.
+#[derive(Debug)]
+struct TimerState {
+    /// Wakers by due time.
+    queue: BinaryHeap<Reverse<Entry>>,
+    /// Tells apart entries due at the same instant.
+    next_seq: u64,
+    /// Set when the timer is dropped.
+    stop: bool,
+}
+
+/// One waiting task.
+#[derive(Debug)]
+struct Entry {
+    /// When to wake it.
+    due: Instant,
+    /// Orders entries with the same due time.
+    seq: u64,
+    /// What to wake.
+    waker: Waker,
+}
+
+impl PartialEq for Entry {
+    fn eq(&self, other: &Entry) -> bool {
+        self.cmp(other) == Ordering::Equal
+    }
+}
+
+impl Eq for Entry {}
+
+impl PartialOrd for Entry {
+    fn partial_cmp(&self, other: &Entry) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Entry {
+    fn cmp(&self, other: &Entry) -> Ordering {
+        (self.due, self.seq).cmp(&(other.due, other.seq))
+    }
+}
+
+impl TimerShared {
+    /// Locks the state; nothing panics while holding it, but a poisoned lock is still usable.
+    fn lock(&self) -> MutexGuard<'_, TimerState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Wakes `waker` once `due` has passed.
+    fn register(&self, due: Instant, waker: Waker) {
+        let mut state = self.lock();
+        let earliest = state
+            .queue
+            .peek()
+            .is_none_or(|Reverse(first)| due < first.due);
+        let seq = state.next_seq;
+        state.next_seq = seq.wrapping_add(1);
+        state.queue.push(Reverse(Entry { due, seq, waker }));
+        drop(state);
+        if earliest {
+            self.changed.notify_one();
+        }
+    }
+
+    /// The thread: wakes every task whose time has come, then waits for the next due time.
+    fn run(&self) {
+        let mut due_now = Vec::new();
+        let mut state = self.lock();
+        loop {
+            if state.stop {
+                return;
+            }
+            let now = Instant::now();
+            while state
+                .queue
+                .peek()
+                .is_some_and(|Reverse(first)| first.due <= now)
+            {
+                if let Some(Reverse(entry)) = state.queue.pop() {
+                    due_now.push(entry.waker);
+                }
+            }
+            if !due_now.is_empty() {
+                drop(state);
+                due_now.drain(..).for_each(Waker::wake);
+                state = self.lock();
+                continue;
+            }
+            state = match state.queue.peek() {
+                Some(Reverse(first)) => {
+                    let wait = first.due.saturating_duration_since(now);
+                    self.changed
+                        .wait_timeout(state, wait)
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .0
+                }
+                None => self
+                    .changed
+                    .wait(state)
+                    .unwrap_or_else(PoisonError::into_inner),
+            };
+        }
+    }
+}
+
+/// Completes once its due time has passed; see [`TimerHandle::sleep_until`].
+#[derive(Debug)]
+pub(crate) struct Sleep<'a> {
+    /// The timer to be woken by.
+    timer: &'a TimerShared,
+    /// When to complete.
+    due: Instant,
+    /// The waker last handed to the timer, so that polling again does not queue it again.
+    registered: Option<Waker>,
+}
+
+impl Future for Sleep<'_> {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let this = self.get_mut();
+        if Instant::now() >= this.due {
+            return Poll::Ready(());
+        }
+        if !this
+            .registered
+            .as_ref()
+            .is_some_and(|waker| waker.will_wake(cx.waker()))
+        {
+            this.registered = Some(cx.waker().clone());
+            this.timer.register(this.due, cx.waker().clone());
+        }
+        Poll::Pending
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_are_spread_evenly_across_connections() {
+        let start = Instant::now();
+        // 400/s over 4 connections: the run's requests are 2.5 ms apart, each connection's 10 ms.
+        let mut second = Schedule::new(start, 1, 4, 400);
+        assert_eq!(second.due(), start + Duration::from_micros(2500));
+        second.advance();
+        assert_eq!(second.due(), start + Duration::from_micros(12_500));
+        let mut first = Schedule::new(start, 0, 4, 400);
+        for _ in 0..400 {
+            first.advance();
+        }
+        // No drift: the 401st request of connection 0 is the run's 1601st, due at 4 s.
+        assert_eq!(first.due(), start + Duration::from_secs(4));
+    }
+
+    #[test]
+    fn a_rate_that_does_not_divide_evenly_keeps_exact_due_times() {
+        let start = Instant::now();
+        let mut schedule = Schedule::new(start, 0, 1, 3);
+        schedule.advance();
+        assert_eq!(schedule.due(), start + Duration::from_nanos(333_333_333));
+        schedule.advance();
+        assert_eq!(schedule.due(), start + Duration::from_nanos(666_666_666));
+        schedule.advance();
+        assert_eq!(schedule.due(), start + Duration::from_secs(1));
+    }
+
+    #[tokio::test]
+    async fn the_timer_wakes_a_task_no_earlier_than_due() {
+        let timer = Timer::start().unwrap();
+        let handle = timer.handle();
+        let due = Instant::now() + Duration::from_millis(20);
+        handle.sleep_until(due).await;
+        assert!(Instant::now() >= due);
+        // A time already passed completes at once.
+        handle.sleep_until(due).await;
+    }
+
+    #[tokio::test]
+    async fn many_tasks_are_woken_in_any_order_of_registration() {
+        let timer = Timer::start().unwrap();
+        let start = Instant::now();
+        let mut tasks = tokio::task::JoinSet::new();
+        for millis in [30_u64, 5, 20, 10, 5] {
+            let handle = timer.handle();
+            tasks.spawn(async move {
+                let due = start + Duration::from_millis(millis);
+                handle.sleep_until(due).await;
+                Instant::now() >= due
+            });
+        }
+        while let Some(joined) = tasks.join_next().await {
+            assert!(joined.unwrap());
+        }
+    }
+}

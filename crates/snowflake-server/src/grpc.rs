@@ -1,0 +1,485 @@
+//! The gRPC front end (SPEC §5): `snowflake.v1.Snowflake` from
+//! `proto/snowflake/v1/snowflake.proto`, the standard `grpc.health.v1.Health` service (SERVING
+//! only while the node can issue IDs) and server reflection (`grpc.reflection.v1`).
+//!
+//! The handlers only translate to the [`Node`]'s calls: [`IssueError::BadRequest`] becomes
+//! `INVALID_ARGUMENT`, [`IssueError::Unavailable`] becomes `UNAVAILABLE` with the node's reason
+//! and a `retry-after` (seconds) trailer. The accept loop caps connections, sets `TCP_NODELAY`,
+//! and on shutdown stops accepting and lets in-flight calls finish within the shutdown timeout.
+
+use crate::config::Config;
+use crate::node::{IssueError, Node, Protocol};
+use futures_util::Stream;
+use pb::snowflake_server::{Snowflake, SnowflakeServer};
+use pb::{
+    DecodeRequest, DecodeResponse, GetInfoRequest, GetInfoResponse, NextIdRequest, NextIdResponse,
+    NextIdsRequest, NextIdsResponse, StreamIdsRequest,
+};
+use snowflake_core::{IdBatch, SnowflakeId};
+use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
+use tonic::metadata::MetadataValue;
+use tonic::transport::server::{Connected, TcpConnectInfo};
+use tonic::{Request, Response, Status};
+use tonic_health::ServingStatus;
+use tonic_health::server::HealthReporter;
+
+/// The code generated from `proto/snowflake/v1/snowflake.proto`: messages, the server trait
+/// and a client.
+#[allow(
+    missing_docs,
+    missing_debug_implementations,
+    unreachable_pub,
+    clippy::all,
+    clippy::pedantic
+)]
+pub mod pb {
+    tonic::include_proto!("snowflake.v1");
+
+    /// The encoded `FileDescriptorSet` of `snowflake.proto`, as served by reflection.
+    pub const FILE_DESCRIPTOR_SET: &[u8] =
+        include_bytes!(concat!(env!("OUT_DIR"), "/snowflake_v1_descriptor.bin"));
+}
+
+/// The service's full name, as used by the health service and reflection.
+pub const SERVICE_NAME: &str = "snowflake.v1.Snowflake";
+
+/// The most IDs one `StreamIds` call may ask for.
+pub const STREAM_MAX_COUNT: u64 = 100_000_000;
+
+/// The `StreamIds` chunk size when the request leaves it 0 (capped at the max batch).
+pub const STREAM_DEFAULT_CHUNK: u64 = 4096;
+
+/// Requests are a few bytes; anything larger is refused before it is decoded.
+const MAX_REQUEST_BYTES: usize = 16 * 1024;
+
+/// HTTP/2 streams (concurrent calls) one connection may have open.
+const MAX_STREAMS_PER_CONNECTION: u32 = 1024;
+
+/// How often the health status follows the node's readiness.
+const HEALTH_POLL: Duration = Duration::from_millis(100);
+
+/// The method names, used as bounded metric labels.
+const NEXT_ID: &str = "/snowflake.v1.Snowflake/NextId";
+const NEXT_IDS: &str = "/snowflake.v1.Snowflake/NextIds";
+const DECODE: &str = "/snowflake.v1.Snowflake/Decode";
+const STREAM_IDS: &str = "/snowflake.v1.Snowflake/StreamIds";
+const GET_INFO: &str = "/snowflake.v1.Snowflake/GetInfo";
+
+/// `snowflake.v1.Snowflake` over a [`Node`].
+#[derive(Debug, Clone)]
+pub struct SnowflakeService {
+    node: Arc<Node>,
+    shutdown: watch::Receiver<bool>,
+}
+
+impl SnowflakeService {
+    /// The service; `shutdown` flipping to true cuts running `StreamIds` calls short.
+    pub fn new(node: Arc<Node>, shutdown: watch::Receiver<bool>) -> SnowflakeService {
+        SnowflakeService { node, shutdown }
+    }
+
+    /// Counts one call by method and gRPC status code.
+    fn counted<T>(&self, method: &'static str, result: Result<T, Status>) -> Result<T, Status> {
+        let code = match &result {
+            Ok(_) => tonic::Code::Ok,
+            Err(status) => status.code(),
+        };
+        let code = u16::try_from(i32::from(code)).unwrap_or(u16::MAX);
+        self.node.metrics().request(Protocol::Grpc, method, code);
+        result
+    }
+
+    async fn issue(&self, count: u64) -> Result<Vec<IdBatch>, Status> {
+        self.node
+            .issue(Protocol::Grpc, count)
+            .await
+            .map_err(to_status)
+    }
+}
+
+/// The gRPC status for a refusal.
+pub fn to_status(err: IssueError) -> Status {
+    match err {
+        IssueError::BadRequest(message) => Status::invalid_argument(message),
+        IssueError::Unavailable {
+            message,
+            retry_after_secs,
+        } => {
+            let mut status = Status::unavailable(message);
+            status
+                .metadata_mut()
+                .insert("retry-after", MetadataValue::from(retry_after_secs));
+            status
+        }
+    }
+}
+
+fn ids_response(batches: Vec<IdBatch>, count: u64) -> NextIdsResponse {
+    let mut ids = Vec::with_capacity(usize::try_from(count).unwrap_or(0));
+    ids.extend(batches.into_iter().flatten().map(SnowflakeId::as_i64));
+    NextIdsResponse { ids }
+}
+
+fn to_i64(value: u64, what: &str) -> Result<i64, Status> {
+    i64::try_from(value).map_err(|_| Status::internal(format!("{what} {value} does not fit int64")))
+}
+
+fn to_u32(value: u64, what: &str) -> Result<u32, Status> {
+    u32::try_from(value)
+        .map_err(|_| Status::internal(format!("{what} {value} does not fit uint32")))
+}
+
+/// What a running `StreamIds` call still has to send.
+struct StreamState {
+    node: Arc<Node>,
+    shutdown: watch::Receiver<bool>,
+    /// The first chunk, generated before the call was answered.
+    first: Option<NextIdsResponse>,
+    left: u64,
+    chunk: u64,
+    sent: u64,
+    done: bool,
+}
+
+impl StreamState {
+    /// The next message: generated only now, when the client is ready for it.
+    async fn next(mut self) -> Option<(Result<NextIdsResponse, Status>, StreamState)> {
+        if let Some(first) = self.first.take() {
+            return Some((Ok(first), self));
+        }
+        if self.done || self.left == 0 {
+            return None;
+        }
+        if *self.shutdown.borrow() {
+            self.done = true;
+            let status = Status::unavailable(format!(
+                "shutting down: the stream stopped after {} IDs; ask another node for the remaining {}",
+                self.sent, self.left
+            ));
+            return Some((Err(status), self));
+        }
+        let n = self.chunk.min(self.left);
+        match self.node.issue(Protocol::Grpc, n).await {
+            Ok(batches) => {
+                self.left -= n;
+                self.sent += n;
+                Some((Ok(ids_response(batches, n)), self))
+            }
+            Err(err) => {
+                self.done = true;
+                Some((Err(to_status(err)), self))
+            }
+        }
+    }
+}
+
+/// The message stream of one `StreamIds` call.
+pub type IdStream = Pin<Box<dyn Stream<Item = Result<NextIdsResponse, Status>> + Send + 'static>>;
+
+#[tonic::async_trait]
+impl Snowflake for SnowflakeService {
+    async fn next_id(
+        &self,
+        _request: Request<NextIdRequest>,
+    ) -> Result<Response<NextIdResponse>, Status> {
+        let result = self.issue(1).await.map(|batches| {
+            Response::new(NextIdResponse {
+                id: batches[0].first().as_i64(),
+            })
+        });
+        self.counted(NEXT_ID, result)
+    }
+
+    async fn next_ids(
+        &self,
+        request: Request<NextIdsRequest>,
+    ) -> Result<Response<NextIdsResponse>, Status> {
+        let result = async {
+            let count = self
+                .node
+                .check_count(u64::from(request.get_ref().count))
+                .map_err(to_status)?;
+            let batches = self.issue(count).await?;
+            Ok(Response::new(ids_response(batches, count)))
+        }
+        .await;
+        self.counted(NEXT_IDS, result)
+    }
+
+    async fn decode(
+        &self,
+        request: Request<DecodeRequest>,
+    ) -> Result<Response<DecodeResponse>, Status> {
+        let result = (|| {
+            let id = SnowflakeId::try_from(request.get_ref().id)
+                .map_err(|e| Status::invalid_argument(e.to_string()))?;
+            let decoded = self.node.layout().describe(id);
+            Ok(Response::new(DecodeResponse {
+                id: id.as_i64(),
+                timestamp_ms: to_i64(decoded.timestamp_ms, "timestamp_ms")?,
+                datacenter_id: to_u32(decoded.datacenter_id, "datacenter_id")?,
+                worker_id: to_u32(decoded.worker_id, "worker_id")?,
+                sequence: to_u32(decoded.sequence, "sequence")?,
+                time: decoded.time,
+            }))
+        })();
+        self.counted(DECODE, result)
+    }
+
+    type StreamIdsStream = IdStream;
+
+    async fn stream_ids(
+        &self,
+        request: Request<StreamIdsRequest>,
+    ) -> Result<Response<IdStream>, Status> {
+        let result = async {
+            let StreamIdsRequest { count, chunk_size } = *request.get_ref();
+            if !(1..=STREAM_MAX_COUNT).contains(&count) {
+                return Err(Status::invalid_argument(format!(
+                    "invalid count: expected 1..={STREAM_MAX_COUNT}, found {count}"
+                )));
+            }
+            let max_batch = self.node.max_batch();
+            let chunk = match u64::from(chunk_size) {
+                0 => STREAM_DEFAULT_CHUNK.min(max_batch),
+                n if n <= max_batch => n,
+                n => {
+                    return Err(Status::invalid_argument(format!(
+                        "invalid chunk_size: expected 1..={max_batch} (0 means {}), found {n}",
+                        STREAM_DEFAULT_CHUNK.min(max_batch)
+                    )));
+                }
+            };
+            // The first chunk is issued now, so a node that cannot issue answers with a status
+            // rather than with an empty stream.
+            let n = chunk.min(count);
+            let first = ids_response(self.issue(n).await?, n);
+            let state = StreamState {
+                node: Arc::clone(&self.node),
+                shutdown: self.shutdown.clone(),
+                first: Some(first),
+                left: count - n,
+                chunk,
+                sent: n,
+                done: false,
+            };
+            let stream: IdStream = Box::pin(futures_util::stream::unfold(state, StreamState::next));
+            Ok(Response::new(stream))
+        }
+        .await;
+        self.counted(STREAM_IDS, result)
+    }
+
+    async fn get_info(
+        &self,
+        _request: Request<GetInfoRequest>,
+    ) -> Result<Response<GetInfoResponse>, Status> {
+        let result = (|| {
+            let info = self.node.info();
+            Ok(Response::new(GetInfoResponse {
+                datacenter_id: to_u32(info.datacenter_id, "datacenter_id")?,
+                worker_id: to_u32(info.worker_id, "worker_id")?,
+                epoch_ms: to_i64(info.epoch_ms, "epoch_ms")?,
+                timestamp_ms: to_i64(info.timestamp_ms, "timestamp_ms")?,
+                max_batch: info.max_batch,
+                ready: self.node.readiness().is_ok(),
+            }))
+        })();
+        self.counted(GET_INFO, result)
+    }
+}
+
+/// An accepted connection holding one of the listener's connection slots until it closes.
+#[derive(Debug)]
+struct Conn {
+    stream: TcpStream,
+    _slot: OwnedSemaphorePermit,
+}
+
+impl Connected for Conn {
+    type ConnectInfo = TcpConnectInfo;
+
+    fn connect_info(&self) -> TcpConnectInfo {
+        self.stream.connect_info()
+    }
+}
+
+impl AsyncRead for Conn {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.stream).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for Conn {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.stream).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.stream).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.stream.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.stream).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.stream).poll_shutdown(cx)
+    }
+}
+
+/// Accepted connections, at most `max_connections` open at once: past the cap a connection is
+/// closed at once (and counted), and accept errors (e.g. out of file descriptors) back off.
+fn incoming(
+    listener: TcpListener,
+    node: Arc<Node>,
+    max_connections: usize,
+) -> impl Stream<Item = io::Result<Conn>> {
+    let slots = Arc::new(Semaphore::new(max_connections));
+    futures_util::stream::unfold(
+        (listener, slots, node),
+        |(listener, slots, node)| async move {
+            loop {
+                let (stream, peer) = match listener.accept().await {
+                    Ok(accepted) => accepted,
+                    Err(err) => {
+                        tracing::warn!(error = %err, "grpc accept failed");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                };
+                let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
+                    node.metrics().connections_rejected.inc();
+                    tracing::debug!(%peer, "grpc connection refused: too many connections");
+                    drop(stream);
+                    continue;
+                };
+                let _ = stream.set_nodelay(true);
+                let conn = Conn {
+                    stream,
+                    _slot: slot,
+                };
+                return Some((Ok(conn), (listener, slots, node)));
+            }
+        },
+    )
+}
+
+/// Keeps the health status of "" and [`SERVICE_NAME`] in step with the node's readiness until
+/// `shutdown` flips; then reports NOT_SERVING and removes both, which ends every `Watch` call
+/// so the drain is not held up by them.
+async fn track_health(
+    node: Arc<Node>,
+    mut reporter: HealthReporter,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let mut last = None;
+    loop {
+        let readiness = node.readiness();
+        let serving = readiness.is_ok();
+        if last != Some(serving) {
+            let status = if serving {
+                ServingStatus::Serving
+            } else {
+                ServingStatus::NotServing
+            };
+            if let Err(reason) = &readiness {
+                tracing::debug!(%reason, "grpc health: NOT_SERVING");
+            }
+            reporter.set_service_status("", status).await;
+            reporter.set_service_status(SERVICE_NAME, status).await;
+            last = Some(serving);
+        }
+        tokio::select! {
+            () = tokio::time::sleep(HEALTH_POLL) => {}
+            _ = shutdown.wait_for(|stop| *stop) => break,
+        }
+    }
+    reporter
+        .set_service_status("", ServingStatus::NotServing)
+        .await;
+    reporter
+        .set_service_status(SERVICE_NAME, ServingStatus::NotServing)
+        .await;
+    reporter.clear_service_status("").await;
+    reporter.clear_service_status(SERVICE_NAME).await;
+}
+
+/// Serves gRPC on `listener` until `shutdown` flips to true; then stops accepting, lets
+/// in-flight calls finish (at most `config.shutdown_timeout`), and returns.
+pub async fn serve(
+    listener: TcpListener,
+    node: Arc<Node>,
+    config: &Config,
+    shutdown: watch::Receiver<bool>,
+) {
+    let (reporter, health_service) = tonic_health::server::health_reporter();
+    // Not SERVING until the node says so.
+    reporter
+        .set_service_status("", ServingStatus::NotServing)
+        .await;
+    reporter
+        .set_service_status(SERVICE_NAME, ServingStatus::NotServing)
+        .await;
+    let reflection = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(pb::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .build_v1()
+        .inspect_err(|err| tracing::warn!(error = %err, "grpc reflection disabled"))
+        .ok();
+    let service = SnowflakeServer::new(SnowflakeService::new(Arc::clone(&node), shutdown.clone()))
+        .max_decoding_message_size(MAX_REQUEST_BYTES);
+    let router = tonic::transport::Server::builder()
+        .timeout(config.request_timeout)
+        .max_concurrent_streams(Some(MAX_STREAMS_PER_CONNECTION))
+        .http2_keepalive_interval(Some(config.idle_timeout / 2))
+        .http2_keepalive_timeout(Some(Duration::from_secs(20)))
+        .add_service(health_service)
+        .add_service(service)
+        .add_optional_service(reflection);
+
+    let connections = incoming(listener, Arc::clone(&node), config.max_connections);
+    let mut stop = shutdown.clone();
+    let server = router.serve_with_incoming_shutdown(connections, async move {
+        let _ = stop.wait_for(|stop| *stop).await;
+    });
+    let health = track_health(node, reporter, shutdown.clone());
+    let mut stop = shutdown;
+    let deadline = async move {
+        let _ = stop.wait_for(|stop| *stop).await;
+        tokio::time::sleep(config.shutdown_timeout).await;
+    };
+    tokio::select! {
+        (served, ()) = async { tokio::join!(server, health) } => {
+            if let Err(err) = served {
+                tracing::error!(error = %err, "grpc server failed");
+            }
+        }
+        () = deadline => {
+            tracing::warn!(timeout = ?config.shutdown_timeout, "in-flight grpc calls did not finish in time");
+        }
+    }
+}
