@@ -50,7 +50,7 @@ enum Command {
     Layout,
     /// Run the ID service (HTTP/JSON on 127.0.0.1:8080, gRPC on :50051, Thrift on :7609 by
     /// default) until SIGTERM or SIGINT.
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Load-test a running service: requests/s, IDs/s and latency percentiles, every response
     /// checked (loopback by default; bounded by --duration and/or --requests).
     Bench(BenchArgs),
@@ -269,6 +269,7 @@ fn serve(args: &ServeArgs, epoch_ms: Option<&str>) -> ExitCode {
         return ExitCode::from(2);
     }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(config.worker_threads)
         .enable_all()
         .build()
     {

@@ -132,6 +132,16 @@ pub struct ServeArgs {
     )]
     pub shutdown_timeout_ms: Option<String>,
 
+    /// Threads serving requests, 1..=1024 [default: the number of CPUs]. On a machine shared with
+    /// the load generator (benchmarks), 1 avoids the two fighting over cores.
+    #[arg(
+        long,
+        env = "SNOWFLAKE_WORKER_THREADS",
+        value_name = "N",
+        allow_negative_numbers = true
+    )]
+    pub worker_threads: Option<String>,
+
     /// Log format: `human` or `json` [default: human].
     #[arg(long, env = "SNOWFLAKE_LOG_FORMAT", value_name = "FORMAT")]
     pub log_format: Option<String>,
@@ -183,6 +193,8 @@ pub struct Config {
     pub idle_timeout: Duration,
     /// Drain time on shutdown.
     pub shutdown_timeout: Duration,
+    /// Runtime worker threads.
+    pub worker_threads: usize,
     /// Log format.
     pub log_format: LogFormat,
     /// Log filter.
@@ -208,6 +220,7 @@ impl Config {
             request_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(60),
             shutdown_timeout: Duration::from_secs(10),
+            worker_threads: std::thread::available_parallelism().map_or(1, usize::from),
             log_format: LogFormat::Human,
             log: "info".into(),
         }
@@ -356,6 +369,15 @@ impl Config {
         )? {
             config.shutdown_timeout = Duration::from_millis(n);
         }
+        if let Some(n) = number(
+            args.worker_threads.as_deref(),
+            "worker-threads",
+            "worker_threads",
+            1,
+            1024,
+        )? {
+            config.worker_threads = usize::try_from(n).unwrap_or(1);
+        }
         if let Some((text, name)) = src.pick(args.log_format.as_deref(), "log-format", "log_format")
         {
             config.log_format = match text.as_str() {
@@ -412,6 +434,7 @@ const FILE_KEYS: &[&str] = &[
     "request_timeout_ms",
     "idle_timeout_ms",
     "shutdown_timeout_ms",
+    "worker_threads",
     "log_format",
     "log",
 ];

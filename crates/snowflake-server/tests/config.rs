@@ -242,3 +242,28 @@ fn bad_files_are_explained() {
         "{got}"
     );
 }
+
+#[test]
+fn worker_threads_default_to_the_cpus_and_are_checked() {
+    let config = Config::resolve(&ServeArgs::default(), None).unwrap();
+    assert!(config.worker_threads >= 1);
+    let one = Config::resolve(
+        &ServeArgs {
+            worker_threads: Some("1".into()),
+            ..ServeArgs::default()
+        },
+        None,
+    )
+    .unwrap();
+    assert_eq!(one.worker_threads, 1);
+    let got = err(&ServeArgs {
+        worker_threads: Some("0".into()),
+        ..ServeArgs::default()
+    });
+    assert!(
+        got.contains(
+            "invalid --worker-threads (or SNOWFLAKE_WORKER_THREADS): expected 1..=1024, found 0"
+        ),
+        "{got}"
+    );
+}
