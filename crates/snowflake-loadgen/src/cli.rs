@@ -1,8 +1,8 @@
 //! The `bench` subcommand's flags, their parsing, and the blocking entry point.
 
 use crate::config::{
-    BenchConfig, DEFAULT_ADDR, MAX_BATCH, MAX_CONNECTIONS, MAX_DURATION, MAX_RATE, MAX_REQUESTS,
-    MAX_THREADS, MAX_TIMEOUT, Protocol,
+    BenchConfig, MAX_BATCH, MAX_CONNECTIONS, MAX_DURATION, MAX_RATE, MAX_REQUESTS, MAX_THREADS,
+    MAX_TIMEOUT, Protocol,
 };
 use crate::error::Error;
 use std::io::{self, IsTerminal, Write};
@@ -17,12 +17,14 @@ use std::time::Duration;
 // one-line error naming the flag and its valid range.
 #[derive(Debug, Clone, clap::Args)]
 pub struct BenchArgs {
-    /// Protocol to speak.
+    /// Protocol to speak: http (GET /v1/id, /v1/ids?count=N), thrift (framed binary get_id;
+    /// --batch must be 1) or grpc (NextId, NextIds, or StreamIds with --stream).
     #[arg(long, value_enum, default_value_t = Protocol::Http)]
     protocol: Protocol,
-    /// Address of the service, HOST:PORT.
-    #[arg(long, value_name = "HOST:PORT", default_value = DEFAULT_ADDR)]
-    addr: String,
+    /// Address of the service, HOST:PORT [default: 127.0.0.1:8080 for http, 127.0.0.1:7609 for
+    /// thrift, 127.0.0.1:50051 for grpc].
+    #[arg(long, value_name = "HOST:PORT")]
+    addr: Option<String>,
     /// Concurrent connections, 1..=10000; each sends its next request when the previous
     /// response arrived (or, with --rate, when it is due).
     #[arg(
@@ -41,7 +43,9 @@ pub struct BenchArgs {
     /// too, whichever comes first ends the run.
     #[arg(short = 'n', long, value_name = "N", allow_negative_numbers = true)]
     requests: Option<String>,
-    /// IDs per request, 1..=1000000: 1 asks GET /v1/id, more ask GET /v1/ids?count=N.
+    /// IDs per request, 1..=1000000: over http 1 asks GET /v1/id, more ask
+    /// GET /v1/ids?count=N; over grpc 1 calls NextId, more call NextIds (or StreamIds with
+    /// --stream); thrift takes only 1.
     #[arg(
         long,
         value_name = "N",
@@ -82,6 +86,10 @@ pub struct BenchArgs {
     /// a stalled service shows in the percentiles (coordinated omission corrected, as wrk2 does).
     #[arg(long, value_name = "N", allow_negative_numbers = true)]
     rate: Option<String>,
+    /// With --protocol grpc: make each request one StreamIds call for --batch IDs (up to 4096
+    /// per streamed message) and count the IDs received.
+    #[arg(long)]
+    stream: bool,
     /// Print the report as one JSON object instead of text.
     #[arg(long)]
     json: bool,
@@ -135,9 +143,13 @@ impl TryFrom<&BenchArgs> for BenchConfig {
             .as_deref()
             .map(|text| parse_number("--rate", text, MAX_RATE))
             .transpose()?;
-        BenchConfig::builder()
+        let mut builder = BenchConfig::builder()
             .protocol(args.protocol)
-            .addr(args.addr.clone())
+            .stream(args.stream);
+        if let Some(addr) = &args.addr {
+            builder = builder.addr(addr.clone());
+        }
+        builder
             .connections(u32::try_from(connections).unwrap_or(u32::MAX))
             .duration(duration)
             .requests(requests)

@@ -23,15 +23,20 @@ pub const MAX_TIMEOUT: Duration = Duration::from_secs(60);
 pub const DEFAULT_DURATION: Duration = Duration::from_secs(10);
 /// How long a request may take before it counts as a timeout, unless configured.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
-/// The target when none is given: the service's default HTTP listener, on loopback.
+/// The target when none is given for HTTP: the service's default HTTP listener, on loopback.
 pub const DEFAULT_ADDR: &str = "127.0.0.1:8080";
+/// The target when none is given for gRPC: the service's default gRPC listener, on loopback.
+pub const DEFAULT_GRPC_ADDR: &str = "127.0.0.1:50051";
+/// The target when none is given for Thrift: the service's default Thrift listener, on loopback.
+pub const DEFAULT_THRIFT_ADDR: &str = "127.0.0.1:7609";
+/// The most IDs per message asked of `StreamIds` under `--stream`.
+pub const STREAM_CHUNK: u32 = 4096;
 /// How many connections a run opens unless configured.
 pub const DEFAULT_CONNECTIONS: u32 = 50;
 
 /// The protocol a benchmark speaks to the service.
 ///
-/// Each protocol lives in its own module behind one internal trait, so adding gRPC or Thrift is
-/// one module and one `match` arm.
+/// Each protocol lives in its own module behind one internal trait.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, clap::ValueEnum, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 #[non_exhaustive]
@@ -39,6 +44,12 @@ pub enum Protocol {
     /// HTTP/1.1 with JSON bodies: `GET /v1/id` and `GET /v1/ids?count=N`.
     #[default]
     Http,
+    /// The 2010 Thrift interface: framed transport, binary protocol, `get_id("bench")`. It has
+    /// no batch call, so the batch must be 1.
+    Thrift,
+    /// gRPC (`snowflake.v1.Snowflake`): `NextId` for a batch of 1, `NextIds` for more, or
+    /// `StreamIds` with `--stream`.
+    Grpc,
 }
 
 impl Protocol {
@@ -46,6 +57,18 @@ impl Protocol {
     pub const fn name(self) -> &'static str {
         match self {
             Protocol::Http => "http",
+            Protocol::Thrift => "thrift",
+            Protocol::Grpc => "grpc",
+        }
+    }
+
+    /// The service's default listener for this protocol, on loopback: the target when none is
+    /// given (`127.0.0.1:8080`, `127.0.0.1:7609` or `127.0.0.1:50051`).
+    pub const fn default_addr(self) -> &'static str {
+        match self {
+            Protocol::Http => DEFAULT_ADDR,
+            Protocol::Thrift => DEFAULT_THRIFT_ADDR,
+            Protocol::Grpc => DEFAULT_GRPC_ADDR,
         }
     }
 }
@@ -99,10 +122,13 @@ pub struct BenchConfig {
     progress: bool,
     /// The total requests per second to offer on a fixed schedule; `None` for closed loop.
     rate: Option<u64>,
+    /// Whether gRPC requests are `StreamIds` calls.
+    stream: bool,
 }
 
 impl BenchConfig {
-    /// A builder holding the defaults: `127.0.0.1:8080`, HTTP, 50 connections, 10 s, batch 1,
+    /// A builder holding the defaults: HTTP to `127.0.0.1:8080` (or the protocol's default
+    /// address, see [`Protocol::default_addr`]), 50 connections, 10 s, batch 1,
     /// no warm-up, 1 thread, 5 s timeout, no progress line, closed loop (no rate).
     pub fn builder() -> BenchConfigBuilder {
         BenchConfigBuilder::default()
@@ -165,6 +191,12 @@ impl BenchConfig {
     pub fn rate(&self) -> Option<u64> {
         self.rate
     }
+
+    /// Whether each gRPC request is one `StreamIds` call for [`batch`](Self::batch) IDs
+    /// (see [`BenchConfigBuilder::stream`]).
+    pub fn stream(&self) -> bool {
+        self.stream
+    }
 }
 
 /// Collects benchmark settings; [`build`](BenchConfigBuilder::build) validates them all.
@@ -172,8 +204,8 @@ impl BenchConfig {
 pub struct BenchConfigBuilder {
     /// See [`BenchConfig::protocol`].
     protocol: Protocol,
-    /// See [`BenchConfig::addr`].
-    addr: String,
+    /// See [`BenchConfig::addr`]; `None` for the protocol's default.
+    addr: Option<String>,
     /// See [`BenchConfig::connections`].
     connections: u32,
     /// The duration asked for, if any.
@@ -192,13 +224,15 @@ pub struct BenchConfigBuilder {
     progress: bool,
     /// See [`BenchConfig::rate`].
     rate: Option<u64>,
+    /// See [`BenchConfig::stream`].
+    stream: bool,
 }
 
 impl Default for BenchConfigBuilder {
     fn default() -> Self {
         BenchConfigBuilder {
             protocol: Protocol::Http,
-            addr: DEFAULT_ADDR.to_owned(),
+            addr: None,
             connections: DEFAULT_CONNECTIONS,
             duration: None,
             requests: None,
@@ -208,6 +242,7 @@ impl Default for BenchConfigBuilder {
             timeout: DEFAULT_TIMEOUT,
             progress: false,
             rate: None,
+            stream: false,
         }
     }
 }
@@ -219,10 +254,18 @@ impl BenchConfigBuilder {
         self
     }
 
-    /// The target as `HOST:PORT`, e.g. `127.0.0.1:8080` or `[::1]:8080` (default
-    /// `127.0.0.1:8080`).
+    /// The target as `HOST:PORT`, e.g. `127.0.0.1:8080` or `[::1]:8080` (default: the
+    /// protocol's, see [`Protocol::default_addr`]).
     pub fn addr(mut self, addr: impl Into<String>) -> Self {
-        self.addr = addr.into();
+        self.addr = Some(addr.into());
+        self
+    }
+
+    /// For gRPC: ask for each request's [`batch`](Self::batch) IDs with one server-streaming
+    /// `StreamIds` call (at most 4096 IDs per message) instead of `NextId`/`NextIds` (default
+    /// off). Only valid with [`Protocol::Grpc`].
+    pub fn stream(mut self, stream: bool) -> Self {
+        self.stream = stream;
         self
     }
 
@@ -294,7 +337,10 @@ impl BenchConfigBuilder {
 
     /// Checks every setting and returns the validated config.
     pub fn build(self) -> Result<BenchConfig, Error> {
-        check_addr(&self.addr)?;
+        let addr = self
+            .addr
+            .unwrap_or_else(|| self.protocol.default_addr().to_owned());
+        check_addr(&addr)?;
         if !(1..=MAX_CONNECTIONS).contains(&self.connections) {
             return Err(Error::invalid(
                 "--connections",
@@ -324,6 +370,20 @@ impl BenchConfigBuilder {
                 "--batch",
                 format!("1..={MAX_BATCH}"),
                 self.batch.to_string(),
+            ));
+        }
+        if self.protocol == Protocol::Thrift && self.batch != 1 {
+            return Err(Error::invalid(
+                "--batch",
+                "1 with --protocol thrift (the Thrift interface has no batch call)",
+                self.batch.to_string(),
+            ));
+        }
+        if self.stream && self.protocol != Protocol::Grpc {
+            return Err(Error::invalid(
+                "--stream",
+                "--protocol grpc",
+                format!("--protocol {}", self.protocol),
             ));
         }
         check_duration("--warmup", self.warmup, Duration::ZERO, MAX_DURATION)?;
@@ -356,7 +416,7 @@ impl BenchConfigBuilder {
         };
         Ok(BenchConfig {
             protocol: self.protocol,
-            addr: self.addr,
+            addr,
             connections: self.connections,
             duration,
             requests: self.requests,
@@ -366,6 +426,7 @@ impl BenchConfigBuilder {
             timeout: self.timeout,
             progress: self.progress,
             rate: self.rate,
+            stream: self.stream,
         })
     }
 }

@@ -36,8 +36,11 @@
 //! # }
 //! ```
 //!
-//! Protocols: HTTP/1.1 ([`Protocol::Http`]) today; each protocol is one module behind one
-//! internal trait, so gRPC and Thrift are one module and one `match` arm each.
+//! Protocols: HTTP/1.1 ([`Protocol::Http`]), the 2010 Thrift interface ([`Protocol::Thrift`],
+//! framed binary `get_id`, one ID per request) and gRPC ([`Protocol::Grpc`]: `NextId`,
+//! `NextIds`, or `StreamIds` with [`BenchConfigBuilder::stream`]). Each protocol is one module
+//! behind one internal trait. Thrift exceptions count as `thrift_exception`, gRPC statuses as
+//! `grpc_<code>` (e.g. `grpc_unavailable`).
 
 #![deny(missing_docs)]
 
@@ -45,17 +48,19 @@ mod cli;
 mod config;
 mod engine;
 mod error;
+mod grpc;
 mod http;
 mod pace;
 mod progress;
 mod report;
 mod stats;
+mod thrift;
 
 pub use cli::{BenchArgs, run_cli};
 pub use config::{
     BenchConfig, BenchConfigBuilder, DEFAULT_ADDR, DEFAULT_CONNECTIONS, DEFAULT_DURATION,
-    DEFAULT_TIMEOUT, MAX_BATCH, MAX_CONNECTIONS, MAX_DURATION, MAX_RATE, MAX_REQUESTS, MAX_THREADS,
-    MAX_TIMEOUT, Protocol,
+    DEFAULT_GRPC_ADDR, DEFAULT_THRIFT_ADDR, DEFAULT_TIMEOUT, MAX_BATCH, MAX_CONNECTIONS,
+    MAX_DURATION, MAX_RATE, MAX_REQUESTS, MAX_THREADS, MAX_TIMEOUT, Protocol,
 };
 pub use error::Error;
 pub use report::{Latency, Report, StopReason};
@@ -94,6 +99,14 @@ pub async fn run_with_shutdown(
     match config.protocol() {
         Protocol::Http => {
             let client = Arc::new(http::HttpClient::new(&config, addrs));
+            engine::run(client, &config, shutdown).await
+        }
+        Protocol::Thrift => {
+            let client = Arc::new(thrift::ThriftClient::new(&config, addrs));
+            engine::run(client, &config, shutdown).await
+        }
+        Protocol::Grpc => {
+            let client = Arc::new(grpc::GrpcClient::new(&config, addrs));
             engine::run(client, &config, shutdown).await
         }
     }

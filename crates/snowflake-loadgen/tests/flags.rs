@@ -295,3 +295,71 @@ fn run_cli_exits_2_for_a_bad_flag_and_1_when_nothing_listens() {
     let code = snowflake_loadgen::run_cli(args(&["--addr", &addr, "-c", "2", "--no-progress"]));
     assert_eq!(code, ExitCode::FAILURE);
 }
+
+#[test]
+fn each_protocol_defaults_to_the_services_listener_for_it() {
+    for (protocol, addr) in [
+        ("http", "127.0.0.1:8080"),
+        ("thrift", "127.0.0.1:7609"),
+        ("grpc", "127.0.0.1:50051"),
+    ] {
+        let defaulted = config(&["--protocol", protocol]).unwrap();
+        assert_eq!(defaulted.protocol().name(), protocol);
+        assert_eq!(defaulted.addr(), addr, "{protocol}");
+        assert!(!defaulted.stream());
+        // An explicit address wins.
+        let explicit = config(&["--protocol", protocol, "--addr", "10.0.0.1:99"]).unwrap();
+        assert_eq!(explicit.addr(), "10.0.0.1:99");
+    }
+    let config = BenchConfig::builder()
+        .protocol(Protocol::Grpc)
+        .build()
+        .unwrap();
+    assert_eq!(config.addr(), "127.0.0.1:50051");
+    assert_eq!(Protocol::Thrift.default_addr(), "127.0.0.1:7609");
+}
+
+#[test]
+fn grpc_takes_batches_and_streams() {
+    let batched = config(&["--protocol", "grpc", "--batch", "100"]).unwrap();
+    assert_eq!((batched.batch(), batched.stream()), (100, false));
+    let streamed = config(&["--protocol", "grpc", "--stream", "--batch", "10000"]).unwrap();
+    assert_eq!((streamed.batch(), streamed.stream()), (10_000, true));
+}
+
+#[test]
+fn bad_protocol_combinations_get_one_line_naming_the_value() {
+    for (flags, message) in [
+        (
+            &["--protocol", "thrift", "--batch", "2"][..],
+            "invalid --batch: expected 1 with --protocol thrift (the Thrift interface has no \
+             batch call), found 2",
+        ),
+        (
+            &["--protocol", "thrift", "--batch", "100"][..],
+            "invalid --batch: expected 1 with --protocol thrift (the Thrift interface has no \
+             batch call), found 100",
+        ),
+        (
+            &["--stream"][..],
+            "invalid --stream: expected --protocol grpc, found --protocol http",
+        ),
+        (
+            &["--protocol", "thrift", "--stream"][..],
+            "invalid --stream: expected --protocol grpc, found --protocol thrift",
+        ),
+    ] {
+        let err = config(flags).unwrap_err();
+        assert_eq!(err, message, "{flags:?}");
+        assert!(!err.contains('\n'));
+        assert_eq!(snowflake_loadgen::run_cli(args(flags)), ExitCode::from(2));
+    }
+    let err = BenchConfig::builder()
+        .protocol(Protocol::Thrift)
+        .batch(5)
+        .build()
+        .unwrap_err();
+    assert!(err.to_string().ends_with("found 5"), "{err}");
+    let err = BenchConfig::builder().stream(true).build().unwrap_err();
+    assert!(err.to_string().starts_with("invalid --stream"), "{err}");
+}

@@ -103,7 +103,8 @@ pub struct ServeArgs {
     )]
     pub max_connections: Option<String>,
 
-    /// Longest time one request may take, 1..=3600000 ms [default: 10000].
+    /// Longest time one request may wait (for a lagging clock to be waited out, or for the
+    /// high-water mark to be persisted) before it is refused, 1..=3600000 ms [default: 10000].
     #[arg(
         long,
         env = "SNOWFLAKE_REQUEST_TIMEOUT_MS",

@@ -5,13 +5,11 @@ use crate::config::Config;
 use crate::node::{IssueError, Node, Protocol};
 use axum::Router;
 use axum::extract::rejection::PathRejection;
-use axum::extract::{MatchedPath, Path, RawQuery, Request, State};
+use axum::extract::{Path, RawQuery, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
-use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use hyper_util::server::conn::auto;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use snowflake_core::SnowflakeId;
 use std::sync::Arc;
@@ -19,7 +17,6 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, watch};
 use tower_http::limit::RequestBodyLimitLayer;
-use tower_http::timeout::TimeoutLayer;
 
 /// Requests carry no body; anything beyond this is refused with 413.
 const MAX_BODY_BYTES: usize = 16 * 1024;
@@ -38,28 +35,79 @@ const ROUTES: &[&str] = &[
     "/metrics",
 ];
 
-/// The router with every route, error mapping, metrics, timeouts and body limits.
-pub fn router(node: Arc<Node>, config: &Config) -> Router {
+/// The router with every route, error mapping, metrics and body limits. Each route counts its
+/// own request (route template and status) without a middleware, which measurably costs on the
+/// single-ID hot path; slow work inside a request (waiting out a clock regression, an on-demand
+/// reservation) is bounded by `--request-timeout-ms` in the node, and slow clients by the
+/// header-read timeout.
+pub fn router(node: Arc<Node>) -> Router {
     Router::new()
-        .route("/v1/id", get(next_id))
-        .route("/v1/ids", get(next_ids))
-        .route("/v1/decode/{id}", get(decode))
-        .route("/v1/info", get(info))
-        .route("/healthz", get(healthz))
-        .route("/readyz", get(readyz))
-        .route("/metrics", get(metrics))
-        .fallback(not_found)
-        .method_not_allowed_fallback(method_not_allowed)
+        .route(
+            "/v1/id",
+            get(|State(node): State<Arc<Node>>, headers: HeaderMap| async move {
+                let response = next_id(&node, &headers).await;
+                counted(&node, "/v1/id", response)
+            }),
+        )
+        .route(
+            "/v1/ids",
+            get(|State(node): State<Arc<Node>>, RawQuery(query): RawQuery| async move {
+                let response = next_ids(&node, query.as_deref()).await;
+                counted(&node, "/v1/ids", response)
+            }),
+        )
+        .route(
+            "/v1/decode/{id}",
+            get(|State(node): State<Arc<Node>>, id: Result<Path<String>, PathRejection>| async move {
+                let response = decode(&node, id);
+                counted(&node, "/v1/decode/{id}", response)
+            }),
+        )
+        .route(
+            "/v1/info",
+            get(|State(node): State<Arc<Node>>| async move {
+                let response = info(&node);
+                counted(&node, "/v1/info", response)
+            }),
+        )
+        .route(
+            "/healthz",
+            get(|State(node): State<Arc<Node>>| async move {
+                counted(&node, "/healthz", json(StatusCode::OK, r#"{"status":"ok"}"#))
+            }),
+        )
+        .route(
+            "/readyz",
+            get(|State(node): State<Arc<Node>>| async move {
+                let response = readyz(&node);
+                counted(&node, "/readyz", response)
+            }),
+        )
+        .route(
+            "/metrics",
+            get(|State(node): State<Arc<Node>>| async move {
+                let response = metrics(&node);
+                counted(&node, "/metrics", response)
+            }),
+        )
+        .fallback(|State(node): State<Arc<Node>>, method: Method, uri: Uri| async move {
+            counted(&node, "unmatched", not_found(&method, &uri))
+        })
+        .method_not_allowed_fallback(
+            |State(node): State<Arc<Node>>, method: Method, uri: Uri| async move {
+                let route = ROUTES.iter().copied().find(|r| *r == uri.path()).unwrap_or("unmatched");
+                counted(&node, route, method_not_allowed(&method, &uri))
+            },
+        )
         .layer(RequestBodyLimitLayer::new(MAX_BODY_BYTES))
-        .layer(TimeoutLayer::with_status_code(
-            StatusCode::REQUEST_TIMEOUT,
-            config.request_timeout,
-        ))
-        .layer(middleware::from_fn_with_state(
-            Arc::clone(&node),
-            count_request,
-        ))
         .with_state(node)
+}
+
+/// Counts a request by route template and status.
+fn counted(node: &Node, route: &'static str, response: Response) -> Response {
+    node.metrics()
+        .request(Protocol::Http, route, response.status().as_u16());
+    response
 }
 
 fn json(status: StatusCode, body: impl Into<axum::body::Body>) -> Response {
@@ -116,13 +164,13 @@ fn wants_text(headers: &HeaderMap) -> bool {
         })
 }
 
-async fn next_id(State(node): State<Arc<Node>>, headers: HeaderMap) -> Response {
+async fn next_id(node: &Node, headers: &HeaderMap) -> Response {
     match node.issue(Protocol::Http, 1).await {
         Ok(batches) => {
             let id = batches[0].first().as_u64();
             let mut buf = itoa::Buffer::new();
             let digits = buf.format(id);
-            if wants_text(&headers) {
+            if wants_text(headers) {
                 let mut response = Response::new(axum::body::Body::from(digits.to_owned()));
                 response.headers_mut().insert(
                     header::CONTENT_TYPE,
@@ -141,9 +189,8 @@ async fn next_id(State(node): State<Arc<Node>>, headers: HeaderMap) -> Response 
     }
 }
 
-async fn next_ids(State(node): State<Arc<Node>>, RawQuery(query): RawQuery) -> Response {
+async fn next_ids(node: &Node, query: Option<&str>) -> Response {
     let count_text = query
-        .as_deref()
         .unwrap_or("")
         .split('&')
         .find_map(|pair| pair.strip_prefix("count="));
@@ -184,10 +231,7 @@ async fn next_ids(State(node): State<Arc<Node>>, RawQuery(query): RawQuery) -> R
     }
 }
 
-async fn decode(
-    State(node): State<Arc<Node>>,
-    id: Result<Path<String>, PathRejection>,
-) -> Response {
+fn decode(node: &Node, id: Result<Path<String>, PathRejection>) -> Response {
     let Ok(Path(text)) = id else {
         return error(
             StatusCode::BAD_REQUEST,
@@ -203,25 +247,21 @@ async fn decode(
     }
 }
 
-async fn info(State(node): State<Arc<Node>>) -> Response {
+fn info(node: &Node) -> Response {
     match serde_json::to_vec(&node.info()) {
         Ok(body) => json(StatusCode::OK, body),
         Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()),
     }
 }
 
-async fn healthz() -> Response {
-    json(StatusCode::OK, r#"{"status":"ok"}"#)
-}
-
-async fn readyz(State(node): State<Arc<Node>>) -> Response {
+fn readyz(node: &Node) -> Response {
     match node.readiness() {
         Ok(()) => json(StatusCode::OK, r#"{"status":"ready"}"#),
         Err(err) => err.into_response(),
     }
 }
 
-async fn metrics(State(node): State<Arc<Node>>) -> Response {
+fn metrics(node: &Node) -> Response {
     let mut response = Response::new(axum::body::Body::from(node.metrics().encode()));
     response.headers_mut().insert(
         header::CONTENT_TYPE,
@@ -230,7 +270,7 @@ async fn metrics(State(node): State<Arc<Node>>) -> Response {
     response
 }
 
-async fn not_found(method: Method, uri: Uri) -> Response {
+fn not_found(method: &Method, uri: &Uri) -> Response {
     let path: String = uri.path().chars().take(100).collect();
     error(
         StatusCode::NOT_FOUND,
@@ -241,7 +281,7 @@ async fn not_found(method: Method, uri: Uri) -> Response {
     )
 }
 
-async fn method_not_allowed(method: Method, uri: Uri) -> Response {
+fn method_not_allowed(method: &Method, uri: &Uri) -> Response {
     let path: String = uri.path().chars().take(100).collect();
     let mut response = error(
         StatusCode::METHOD_NOT_ALLOWED,
@@ -253,22 +293,6 @@ async fn method_not_allowed(method: Method, uri: Uri) -> Response {
     response
 }
 
-/// Counts every request by route template and status.
-async fn count_request(
-    State(node): State<Arc<Node>>,
-    matched: Option<MatchedPath>,
-    request: Request,
-    next: Next,
-) -> Response {
-    let route = matched
-        .and_then(|m| ROUTES.iter().copied().find(|r| *r == m.as_str()))
-        .unwrap_or("unmatched");
-    let response = next.run(request).await;
-    node.metrics()
-        .request(Protocol::Http, route, response.status().as_u16());
-    response
-}
-
 /// Serves HTTP on `listener` until `shutdown` flips to true; then stops accepting, lets
 /// in-flight requests finish (at most `config.shutdown_timeout`), and returns.
 pub async fn serve(
@@ -277,17 +301,14 @@ pub async fn serve(
     config: &Config,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let router = router(Arc::clone(&node), config);
-    let mut builder = auto::Builder::new(TokioExecutor::new());
+    let router = router(Arc::clone(&node));
+    // HTTP/1.1 only: the JSON API gains nothing from HTTP/2 (gRPC has its own port), and
+    // skipping protocol detection keeps the single-ID path lean.
+    let mut builder = hyper::server::conn::http1::Builder::new();
     builder
-        .http1()
         .timer(TokioTimer::new())
         .header_read_timeout(config.idle_timeout)
         .keep_alive(true);
-    builder
-        .http2()
-        .timer(TokioTimer::new())
-        .keep_alive_interval(Some(config.idle_timeout / 2));
     let builder = Arc::new(builder);
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     let slots = Arc::new(Semaphore::new(config.max_connections));

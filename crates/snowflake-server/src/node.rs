@@ -8,6 +8,7 @@ use snowflake_core::{Clock, Error as CoreError, Generator, IdBatch, Layout, form
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 use tokio::sync::watch;
+use tokio::time::Instant;
 
 /// The front end a request came through; a metrics label.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -172,6 +173,9 @@ pub struct Node {
     max_backwards_wait_ms: u64,
     /// How far ahead of the clock the high-water mark is reserved.
     reserve_ms: u64,
+    /// Bounds the slow paths of one request (waiting out a clock regression, an on-demand
+    /// reservation).
+    request_timeout: Duration,
     /// Serializes reservations (the keeper's and on-demand ones after a forward clock jump).
     reserving: tokio::sync::Mutex<()>,
     /// The locked state directory; shared with the blocking threads that write it.
@@ -229,6 +233,7 @@ impl Node {
             max_backwards_wait_ms: config.max_backwards_wait_ms,
             reserve_ms: config.reserve_ms,
             reserving: tokio::sync::Mutex::new(()),
+            request_timeout: config.request_timeout,
             state: Arc::new(state),
         }))
     }
@@ -277,16 +282,31 @@ impl Node {
     pub async fn issue(&self, protocol: Protocol, count: u64) -> Result<Vec<IdBatch>, IssueError> {
         let mut waited_ms = 0;
         let mut reservations = 0;
+        // Set on the first slow path, so the fast path never touches a timer.
+        let mut deadline = None;
         loop {
             match self.issue_now(protocol, count, waited_ms) {
                 Ok(batches) => return Ok(batches),
                 Err(NotNow::Refused(err)) => return Err(err),
                 Err(NotNow::Wait { ms }) => {
-                    tokio::time::sleep(Duration::from_millis(ms)).await;
+                    let deadline =
+                        *deadline.get_or_insert_with(|| Instant::now() + self.request_timeout);
+                    let wake = Instant::now() + Duration::from_millis(ms);
+                    if wake > deadline {
+                        return Err(self.timed_out());
+                    }
+                    tokio::time::sleep_until(wake).await;
                     waited_ms += ms;
                 }
                 Err(NotNow::Reserve) if reservations < MAX_RESERVATIONS_PER_REQUEST => {
-                    self.reserve_now().await;
+                    let deadline =
+                        *deadline.get_or_insert_with(|| Instant::now() + self.request_timeout);
+                    if tokio::time::timeout_at(deadline, self.reserve_now())
+                        .await
+                        .is_err()
+                    {
+                        return Err(self.timed_out());
+                    }
                     reservations += 1;
                 }
                 Err(NotNow::Reserve) => {
@@ -294,6 +314,16 @@ impl Node {
                 }
             }
         }
+    }
+
+    fn timed_out(&self) -> IssueError {
+        unavailable(
+            format!(
+                "request timed out after {} ms waiting for the clock or for the high-water mark to be persisted",
+                self.request_timeout.as_millis()
+            ),
+            1,
+        )
     }
 
     /// Persists a reservation from the clock's current reading at once (unless one that covers

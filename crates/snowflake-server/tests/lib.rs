@@ -3,6 +3,7 @@
 mod config;
 mod grpc;
 mod http_api;
+mod mixed;
 mod restart;
 mod support;
 mod thrift;
