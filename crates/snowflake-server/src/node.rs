@@ -370,6 +370,11 @@ impl Node {
         Ok(batches)
     }
 
+    /// How long one request may wait for the clock or for a reservation.
+    pub fn request_timeout(&self) -> Duration {
+        self.request_timeout
+    }
+
     /// The node's clock now (Unix ms): what Thrift's `get_timestamp` returns.
     pub fn now_ms(&self) -> u64 {
         self.clock.now_ms()

@@ -392,3 +392,46 @@ async fn pipelined_requests_are_answered_in_order() {
     }
     server.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waits_for_the_clock_stay_within_the_request_timeout() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = config(dir.path());
+    config.max_backwards_wait_ms = 5000;
+    config.request_timeout = Duration::from_millis(100);
+    let server = TestServer::start(config, ManualClock::new(T)).await;
+    server.wait_ready().await;
+    let mut stream = TcpStream::connect(server.thrift_addr.unwrap())
+        .await
+        .unwrap();
+    assert!(matches!(
+        request(&mut stream, &call("get_id", 1, &agent_args("a"))).await,
+        Reply::Value { .. }
+    ));
+    // 1 s behind is within --max-backwards-wait-ms, but waiting it out would exceed the
+    // 100 ms request timeout: answered at once, not after a second.
+    server.clock.set_ms(T - 1000);
+    let started = std::time::Instant::now();
+    match request(&mut stream, &call("get_id", 2, &agent_args("a"))).await {
+        Reply::Exception { message, .. } => {
+            assert!(
+                message.starts_with("InvalidSystemClock: the clock is 1000 ms behind"),
+                "{message}"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(started.elapsed() < Duration::from_millis(900));
+    // A short regression is waited out and answered with an ID.
+    server.clock.set_ms(T - 20);
+    let clock = server.clock.clone();
+    std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(40));
+        clock.set_ms(T + 1);
+    });
+    assert!(matches!(
+        request(&mut stream, &call("get_id", 3, &agent_args("a"))).await,
+        Reply::Value { seq: 3, .. }
+    ));
+    server.stop().await;
+}

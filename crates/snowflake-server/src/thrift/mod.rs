@@ -35,6 +35,7 @@ use thrift::{ApplicationError, ApplicationErrorKind, TConfiguration};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Semaphore, watch};
 use tokio::task::JoinSet;
+use tokio::time::Instant;
 use tokio_util::codec::{Framed, LengthDelimitedCodec};
 
 /// The methods of the IDL, as bounded metric labels.
@@ -156,6 +157,7 @@ async fn answer(node: &Node, frame: &[u8], max_frame_bytes: usize) -> Option<Vec
         .ok()?;
     let mut waited_ms = 0;
     let mut reservations = 0;
+    let mut deadline = None;
     loop {
         // Old clients send unversioned headers: read non-strictly; always reply strictly.
         let mut input = TBinaryInputProtocol::with_config(frame, false, config.clone());
@@ -224,20 +226,26 @@ async fn answer(node: &Node, frame: &[u8], max_frame_bytes: usize) -> Option<Vec
                 Ok(())
             }
         };
-        match handler.retry.get() {
+        if let Some(retry) = handler.retry.get() {
             // Nothing was issued: run the whole request again once the clock has caught up, or
-            // once a reservation covering the clock's jump forward is on disk.
-            Some(Retry::Wait(ms)) => {
-                tokio::time::sleep(Duration::from_millis(ms)).await;
-                waited_ms += ms;
-                continue;
+            // once a reservation covering the clock's jump forward is on disk; within the
+            // request timeout, else the exception already written is the answer.
+            let deadline = *deadline.get_or_insert_with(|| Instant::now() + node.request_timeout());
+            match retry {
+                Retry::Wait(ms) if Instant::now() + Duration::from_millis(ms) <= deadline => {
+                    tokio::time::sleep(Duration::from_millis(ms)).await;
+                    waited_ms += ms;
+                    continue;
+                }
+                Retry::Reserve if reservations < 3 => {
+                    let reserved = tokio::time::timeout_at(deadline, node.reserve_now()).await;
+                    if reserved.is_ok() {
+                        reservations += 1;
+                        continue;
+                    }
+                }
+                _ => {}
             }
-            Some(Retry::Reserve) if reservations < 3 => {
-                node.reserve_now().await;
-                reservations += 1;
-                continue;
-            }
-            _ => {}
         }
         if let Err(err) = processed {
             // The arguments could not be decoded (nothing was written before that happened).
@@ -340,9 +348,13 @@ impl SnowflakeSyncHandler for Handler<'_> {
             }
             Err(NotNow::Wait { ms }) => {
                 self.retry.set(Some(Retry::Wait(ms)));
+                self.status.set(503);
                 Err(application_error(
                     ApplicationErrorKind::InternalError,
-                    "retrying".into(),
+                    format!(
+                        "InvalidSystemClock: the clock is {ms} ms behind the last issued id and waiting \
+                         it out would exceed the request timeout"
+                    ),
                 ))
             }
             Err(NotNow::Reserve) => {
