@@ -47,6 +47,22 @@ pub(crate) trait Client: Send + Sync + 'static {
     ) -> impl Future<Output = Result<u64, Failure>> + Send;
 }
 
+/// Opens a TCP connection to the first of `addrs` that answers, within `timeout`, with
+/// TCP_NODELAY set: what every protocol's client starts from.
+pub(crate) async fn connect_tcp(
+    addrs: &[std::net::SocketAddr],
+    timeout: Duration,
+) -> Result<tokio::net::TcpStream, ConnectFailure> {
+    let stream = tokio::time::timeout(timeout, tokio::net::TcpStream::connect(addrs))
+        .await
+        .map_err(|_| ConnectFailure::timed_out())?
+        .map_err(|err| ConnectFailure::from_io(&err))?;
+    stream
+        .set_nodelay(true)
+        .map_err(|err| ConnectFailure::from_io(&err))?;
+    Ok(stream)
+}
+
 /// Why a connection attempt failed.
 #[derive(Debug, Clone)]
 pub(crate) struct ConnectFailure {

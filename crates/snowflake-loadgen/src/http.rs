@@ -17,7 +17,6 @@ use std::fmt;
 use std::io;
 use std::net::SocketAddr;
 use std::time::Duration;
-use tokio::net::TcpStream;
 use tokio::task::JoinHandle;
 
 /// The most bytes one ID takes in a JSON array: 19 digits, two quotes, a comma, some space.
@@ -89,13 +88,7 @@ impl Client for HttpClient {
     type Connection = HttpConnection;
 
     async fn connect(&self) -> Result<HttpConnection, ConnectFailure> {
-        let stream = tokio::time::timeout(self.timeout, TcpStream::connect(&self.addrs[..]))
-            .await
-            .map_err(|_| ConnectFailure::timed_out())?
-            .map_err(|err| ConnectFailure::from_io(&err))?;
-        stream
-            .set_nodelay(true)
-            .map_err(|err| ConnectFailure::from_io(&err))?;
+        let stream = crate::engine::connect_tcp(&self.addrs, self.timeout).await?;
         let (sender, connection) = http1::handshake(TokioIo::new(stream))
             .await
             .map_err(|err| ConnectFailure::other(err.to_string()))?;

@@ -64,13 +64,7 @@ impl Client for ThriftClient {
     type Connection = ThriftConnection;
 
     async fn connect(&self) -> Result<ThriftConnection, ConnectFailure> {
-        let stream = tokio::time::timeout(self.timeout, TcpStream::connect(&self.addrs[..]))
-            .await
-            .map_err(|_| ConnectFailure::timed_out())?
-            .map_err(|err| ConnectFailure::from_io(&err))?;
-        stream
-            .set_nodelay(true)
-            .map_err(|err| ConnectFailure::from_io(&err))?;
+        let stream = crate::engine::connect_tcp(&self.addrs, self.timeout).await?;
         Ok(ThriftConnection {
             stream,
             seq: 0,

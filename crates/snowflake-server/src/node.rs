@@ -89,6 +89,17 @@ struct Status {
     persisted_mark_ms: u64,
 }
 
+/// Why the node cannot issue IDs right now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Blocker {
+    /// Not open (starting, waiting for the mark, persist failed, shutting down).
+    Phase(Phase),
+    /// The clock is behind the last issued ID.
+    Behind { last_ms: u64, now_ms: u64 },
+    /// The clock is past the persisted reservation.
+    PastLimit { limit_ms: u64 },
+}
+
 /// A point-in-time view of the node, for metrics.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Snapshot {
@@ -115,16 +126,26 @@ impl NodeShared {
             .unwrap_or_else(|poison| poison.into_inner())
     }
 
-    /// Whether IDs can be issued right now: open, the clock not behind the last issued ID,
-    /// and not past the reservation.
-    fn can_issue(&self, phase: &Phase) -> bool {
+    /// What stops IDs from being issued right now, if anything: the phase, a clock behind
+    /// the last issued ID, or a clock past the reservation. The one readiness rule, shared by
+    /// `/readyz`, gRPC health, `/v1/info` and the `snowflake_ready` metric.
+    fn blocker(&self, phase: &Phase) -> Option<Blocker> {
+        if *phase != Phase::Ready {
+            return Some(Blocker::Phase(phase.clone()));
+        }
         let now_ms = self.generator.clock().now_ms();
-        *phase == Phase::Ready
-            && self
-                .generator
-                .last_issued_ms()
-                .is_none_or(|last_ms| now_ms >= last_ms)
-            && now_ms <= self.generator.issue_limit_ms()
+        if let Some(last_ms) = self.generator.last_issued_ms()
+            && now_ms < last_ms
+        {
+            return Some(Blocker::Behind { last_ms, now_ms });
+        }
+        let limit_ms = self.generator.issue_limit_ms();
+        (now_ms > limit_ms).then_some(Blocker::PastLimit { limit_ms })
+    }
+
+    /// Whether IDs can be issued right now.
+    fn can_issue(&self, phase: &Phase) -> bool {
+        self.blocker(phase).is_none()
     }
 
     pub(crate) fn snapshot(&self) -> Snapshot {
@@ -383,20 +404,14 @@ impl Node {
     /// Ok while the node can issue IDs; otherwise why not.
     pub fn readiness(&self) -> Result<(), IssueError> {
         let phase = self.shared.status().phase.clone();
-        if phase != Phase::Ready {
-            return Err(self.phase_refusal(&phase));
+        match self.shared.blocker(&phase) {
+            None => Ok(()),
+            Some(Blocker::Phase(phase)) => Err(self.phase_refusal(&phase)),
+            Some(Blocker::Behind { last_ms, now_ms }) => {
+                Err(backwards(last_ms - now_ms, last_ms, now_ms))
+            }
+            Some(Blocker::PastLimit { limit_ms }) => Err(not_reserved(limit_ms)),
         }
-        let now_ms = self.clock.now_ms();
-        if let Some(last_ms) = self.shared.generator.last_issued_ms()
-            && now_ms < last_ms
-        {
-            return Err(backwards(last_ms - now_ms, last_ms, now_ms));
-        }
-        let limit_ms = self.shared.generator.issue_limit_ms();
-        if now_ms > limit_ms {
-            return Err(not_reserved(limit_ms));
-        }
-        Ok(())
     }
 
     /// What `GET /v1/info` reports.
