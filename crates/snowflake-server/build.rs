@@ -1,6 +1,7 @@
 //! Compiles `proto/snowflake/v1/snowflake.proto` with `protox` (pure Rust: no `protoc` needed)
 //! into tonic server and client code, and writes the encoded `FileDescriptorSet` next to it for
-//! server reflection.
+//! server reflection. Also compiles the subset of etcd's v3 API in `proto/etcd/rpc.proto` into a
+//! tonic client, for leasing worker ids from etcd.
 
 use std::path::PathBuf;
 
@@ -21,6 +22,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     )?;
     tonic_prost_build::configure()
         .build_server(true)
+        .build_client(true)
+        .compile_fds(compiler.file_descriptor_set())?;
+
+    let etcd = proto_root.join("etcd/rpc.proto");
+    println!("cargo:rerun-if-changed={}", etcd.display());
+    let mut compiler = protox::Compiler::new([proto_root.join("etcd")])?;
+    compiler.open_file(&etcd)?;
+    tonic_prost_build::configure()
+        .build_server(false)
         .build_client(true)
         .compile_fds(compiler.file_descriptor_set())?;
     Ok(())

@@ -282,8 +282,19 @@ fn serve(args: &ServeArgs, epoch_ms: Option<&str>) -> ExitCode {
     let result = runtime.block_on(async {
         let shutdown = shutdown_signal()?;
         tracing::info!(version = env!("CARGO_PKG_VERSION"), ?config, "starting");
-        let node = Node::new(&config, Arc::new(snowflake_core::SystemClock))?;
+        let clock: Arc<dyn snowflake_core::Clock> = Arc::new(snowflake_core::SystemClock);
         let listeners = Listeners::bind(&config).await?;
+        let mut config = config;
+        let coordinator = match &config.etcd {
+            Some(etcd) => {
+                let lease = claim_from_etcd(&config, etcd, &listeners, clock.now_ms()).await?;
+                config.datacenter_id = lease.datacenter_id();
+                config.worker_id = lease.worker_id();
+                Some(Arc::new(lease) as Arc<dyn snowflake_server::fleet::Coordinator>)
+            }
+            None => None,
+        };
+        let node = Node::with_coordinator(&config, clock, coordinator)?;
         if let Some(addr) = listeners.http_addr() {
             tracing::info!(%addr, "http listening");
         }
@@ -304,6 +315,46 @@ fn serve(args: &ServeArgs, epoch_ms: Option<&str>) -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// Claims the node's pair from etcd (`--etcd-endpoints`), recording this process and its bound
+/// listeners as the holder.
+async fn claim_from_etcd(
+    config: &Config,
+    etcd: &snowflake_server::EtcdConfig,
+    listeners: &Listeners,
+    now_ms: u64,
+) -> anyhow::Result<snowflake_server::EtcdLease> {
+    let addresses = [
+        ("http", listeners.http_addr()),
+        ("grpc", listeners.grpc_addr()),
+        ("thrift", listeners.thrift_addr()),
+    ]
+    .into_iter()
+    .filter_map(|(name, addr)| addr.map(|a| format!("{name}={a}")))
+    .collect();
+    let holder = snowflake_server::Holder::this_process(
+        config.advertise_addr.clone(),
+        addresses,
+        now_ms,
+        config.layout.epoch_ms(),
+    );
+    tracing::info!(
+        endpoints = %etcd.endpoints.join(","),
+        prefix = %etcd.prefix,
+        datacenter_id = config.datacenter_id,
+        worker_id = ?config.worker_id_given.then_some(config.worker_id),
+        "claiming a worker id from etcd"
+    );
+    let worker_id = config.worker_id_given.then_some(config.worker_id);
+    Ok(snowflake_server::EtcdLease::claim(
+        etcd,
+        &config.layout,
+        config.datacenter_id,
+        worker_id,
+        &holder,
+    )
+    .await?)
 }
 
 /// Logs to stderr, human-readable or JSON, filtered by `--log`.

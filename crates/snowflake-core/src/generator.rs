@@ -317,6 +317,22 @@ impl<C> Generator<C> {
         (next > 0).then(|| ((next - 1) >> self.sequence_bits) + self.epoch_ms)
     }
 
+    /// From now on, never issue an ID whose timestamp is at or below `timestamp_ms` (Unix ms):
+    /// what [`GeneratorBuilder::resume_after_ms`] does, for a generator already running (a node
+    /// that re-claims its pair learns a new mark). Never moves the generator back; a timestamp
+    /// outside the layout is an error and changes nothing.
+    pub fn resume_after(&self, timestamp_ms: u64) -> Result<(), Error> {
+        if timestamp_ms < self.epoch_ms {
+            return Ok(());
+        }
+        let offset = self.layout.check(Field::Timestamp, timestamp_ms)? - self.epoch_ms;
+        // The packed state only grows, so the larger of the two is the later point.
+        self.next
+            .0
+            .fetch_max((offset + 1) << self.sequence_bits, Ordering::AcqRel);
+        Ok(())
+    }
+
     /// The last timestamp (Unix ms) IDs may be issued at (`u64::MAX`: unlimited).
     pub fn issue_limit_ms(&self) -> u64 {
         self.limit_ms.load(Ordering::Acquire)

@@ -1,7 +1,7 @@
 //! The real Snowflake service in-process on 127.0.0.1:0 (every listener), with the system clock.
 
 use snowflake_core::{Clock, SystemClock};
-use snowflake_server::{Config, Listeners, Node, StateError};
+use snowflake_server::{Config, Listeners, Node, RunError};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use tokio::sync::oneshot;
@@ -17,7 +17,7 @@ pub struct Service {
     /// The Thrift listener.
     pub thrift: SocketAddr,
     stop: oneshot::Sender<()>,
-    task: JoinHandle<Result<(), StateError>>,
+    task: JoinHandle<Result<(), RunError>>,
     _dir: tempfile::TempDir,
 }
 

@@ -143,6 +143,61 @@ pub struct ServeArgs {
     )]
     pub worker_threads: Option<String>,
 
+    /// Lease the (datacenter, worker) pair from these etcd members (comma-separated
+    /// `http://HOST:PORT`; `HOST:PORT` means http) instead of trusting the configuration alone:
+    /// two live processes then never hold the same pair. With `--worker-id` the node claims
+    /// exactly that pair; without it, the lowest free worker of its datacenter.
+    #[arg(
+        long,
+        env = "SNOWFLAKE_ETCD_ENDPOINTS",
+        value_name = "URL[,URL...]",
+        help_heading = "Fleet (etcd)"
+    )]
+    pub etcd_endpoints: Option<String>,
+
+    /// Key prefix of this fleet in etcd: claims live under PREFIX/workers/D/W, high-water marks
+    /// under PREFIX/marks/D/W [default: /snowflake].
+    #[arg(
+        long,
+        env = "SNOWFLAKE_ETCD_PREFIX",
+        value_name = "PREFIX",
+        help_heading = "Fleet (etcd)"
+    )]
+    pub etcd_prefix: Option<String>,
+
+    /// Lease time-to-live, 2..=300 s [default: 10]. A crashed node's pair is free again after
+    /// this long; a node that cannot renew its lease stops issuing IDs before it runs out.
+    #[arg(
+        long,
+        env = "SNOWFLAKE_LEASE_TTL_SECS",
+        value_name = "SECS",
+        allow_negative_numbers = true,
+        help_heading = "Fleet (etcd)"
+    )]
+    pub lease_ttl_secs: Option<String>,
+
+    /// How long to keep trying to claim a pinned pair that is held by another node (or to reach
+    /// etcd) before giving up, 0..=3600 s [default: the lease TTL + 2 s, so a node restarted
+    /// right after a crash gets its own pair back once the old lease expires].
+    #[arg(
+        long,
+        env = "SNOWFLAKE_CLAIM_TIMEOUT_SECS",
+        value_name = "SECS",
+        allow_negative_numbers = true,
+        help_heading = "Fleet (etcd)"
+    )]
+    pub claim_timeout_secs: Option<String>,
+
+    /// The address other machines reach this node at (`HOST:PORT`), recorded with its claim
+    /// [default: the listeners' bound addresses].
+    #[arg(
+        long,
+        env = "SNOWFLAKE_ADVERTISE_ADDR",
+        value_name = "HOST:PORT",
+        help_heading = "Fleet (etcd)"
+    )]
+    pub advertise_addr: Option<String>,
+
     /// Log format: `human` or `json` [default: human].
     #[arg(long, env = "SNOWFLAKE_LOG_FORMAT", value_name = "FORMAT")]
     pub log_format: Option<String>,
@@ -200,6 +255,43 @@ pub struct Config {
     pub log_format: LogFormat,
     /// Log filter.
     pub log: String,
+    /// Whether the worker id was given (flag, environment or file) rather than defaulted: with
+    /// etcd, a given worker id is claimed exactly, a defaulted one means "the lowest free".
+    pub worker_id_given: bool,
+    /// Where the pair is leased from, when a fleet shares a coordination service.
+    pub etcd: Option<EtcdConfig>,
+    /// The address recorded with the node's claim.
+    pub advertise_addr: Option<String>,
+}
+
+/// Leasing the (datacenter, worker) pair from etcd.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EtcdConfig {
+    /// Member URLs (`http://HOST:PORT`).
+    pub endpoints: Vec<String>,
+    /// Key prefix, starting with `/`, without a trailing `/`.
+    pub prefix: String,
+    /// Lease TTL asked for, in seconds.
+    pub lease_ttl_secs: u64,
+    /// How long a claim of a held pinned pair (or of an unreachable etcd) is retried.
+    pub claim_timeout: Duration,
+}
+
+impl EtcdConfig {
+    /// The default key prefix.
+    pub const DEFAULT_PREFIX: &'static str = "/snowflake";
+    /// The default lease TTL, in seconds.
+    pub const DEFAULT_TTL_SECS: u64 = 10;
+
+    /// Defaults for `endpoints`.
+    pub fn new(endpoints: Vec<String>) -> EtcdConfig {
+        EtcdConfig {
+            endpoints,
+            prefix: EtcdConfig::DEFAULT_PREFIX.into(),
+            lease_ttl_secs: EtcdConfig::DEFAULT_TTL_SECS,
+            claim_timeout: Duration::from_secs(EtcdConfig::DEFAULT_TTL_SECS + 2),
+        }
+    }
 }
 
 impl Config {
@@ -224,6 +316,9 @@ impl Config {
             worker_threads: std::thread::available_parallelism().map_or(1, usize::from),
             log_format: LogFormat::Human,
             log: "info".into(),
+            worker_id_given: false,
+            etcd: None,
+            advertise_addr: None,
         }
     }
 
@@ -271,6 +366,7 @@ impl Config {
             config.worker_id = layout
                 .parse(Field::WorkerId, &text)
                 .map_err(|e| ConfigError::invalid(&name, e))?;
+            config.worker_id_given = true;
         }
         let state_dir = args
             .state_dir
@@ -395,6 +491,64 @@ impl Config {
         if let Some((text, _)) = src.pick(args.log.as_deref(), "log", "log") {
             config.log = text;
         }
+        if let Some((text, name)) = src.pick(
+            args.advertise_addr.as_deref(),
+            "advertise-addr",
+            "advertise_addr",
+        ) {
+            config.advertise_addr =
+                Some(parse_advertise(&text).map_err(|e| ConfigError::invalid(&name, e))?);
+        }
+        let endpoints = src.pick(
+            args.etcd_endpoints.as_deref(),
+            "etcd-endpoints",
+            "etcd_endpoints",
+        );
+        let prefix = src.pick(args.etcd_prefix.as_deref(), "etcd-prefix", "etcd_prefix");
+        let ttl = number(
+            args.lease_ttl_secs.as_deref(),
+            "lease-ttl-secs",
+            "lease_ttl_secs",
+            2,
+            300,
+        )?;
+        let claim_timeout = number(
+            args.claim_timeout_secs.as_deref(),
+            "claim-timeout-secs",
+            "claim_timeout_secs",
+            0,
+            3600,
+        )?;
+        match endpoints {
+            Some((text, name)) => {
+                let endpoints =
+                    parse_endpoints(&text).map_err(|e| ConfigError::invalid(&name, e))?;
+                let mut etcd = EtcdConfig::new(endpoints);
+                if let Some((text, name)) = prefix {
+                    etcd.prefix =
+                        parse_prefix(&text).map_err(|e| ConfigError::invalid(&name, e))?;
+                }
+                if let Some(ttl) = ttl {
+                    etcd.lease_ttl_secs = ttl;
+                }
+                etcd.claim_timeout =
+                    Duration::from_secs(claim_timeout.unwrap_or(etcd.lease_ttl_secs + 2));
+                config.etcd = Some(etcd);
+            }
+            None => {
+                let stray = [
+                    (prefix.is_some(), "--etcd-prefix"),
+                    (ttl.is_some(), "--lease-ttl-secs"),
+                    (claim_timeout.is_some(), "--claim-timeout-secs"),
+                ];
+                if let Some((_, flag)) = stray.iter().find(|(set, _)| *set) {
+                    return Err(ConfigError(format!(
+                        "{flag} needs --etcd-endpoints (or SNOWFLAKE_ETCD_ENDPOINTS): without a \
+                         coordination service the pair comes from --datacenter-id/--worker-id alone"
+                    )));
+                }
+            }
+        }
         if config.http_addr.is_none() && config.grpc_addr.is_none() && config.thrift_addr.is_none()
         {
             return Err(ConfigError(
@@ -438,6 +592,11 @@ const FILE_KEYS: &[&str] = &[
     "worker_threads",
     "log_format",
     "log",
+    "etcd_endpoints",
+    "etcd_prefix",
+    "lease_ttl_secs",
+    "claim_timeout_secs",
+    "advertise_addr",
 ];
 
 /// A config file larger than this is refused rather than read.
@@ -513,6 +672,101 @@ fn parse_addr(text: &str) -> Result<Option<SocketAddr>, String> {
     text.parse::<SocketAddr>().map(Some).map_err(|_| {
         format!("expected IP:PORT (e.g. 127.0.0.1:8080 or [::1]:8080) or off, found {text:?}")
     })
+}
+
+/// The most etcd members one node may be given.
+const MAX_ETCD_ENDPOINTS: usize = 32;
+
+/// `URL[,URL...]`: each `http://HOST:PORT` (or `HOST:PORT`, meaning http).
+fn parse_endpoints(text: &str) -> Result<Vec<String>, String> {
+    let mut urls = Vec::new();
+    for item in text.split(',').map(str::trim) {
+        let shown: String = item.chars().take(100).collect();
+        if item.is_empty() {
+            return Err(format!(
+                "expected a comma-separated list of http://HOST:PORT, found an empty entry in {:?}",
+                text.chars().take(200).collect::<String>()
+            ));
+        }
+        if item.starts_with("https://") {
+            return Err(format!(
+                "TLS to etcd is not supported yet; expected http://HOST:PORT, found {shown:?}"
+            ));
+        }
+        let authority = item.strip_prefix("http://").unwrap_or(item);
+        let authority = authority.strip_suffix('/').unwrap_or(authority);
+        let valid = match authority.rsplit_once(':') {
+            Some((host, port)) => {
+                !host.is_empty()
+                    && port.parse::<u16>().is_ok_and(|p| p > 0)
+                    && host
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b".-_[]:".contains(&b))
+            }
+            None => false,
+        };
+        if !valid {
+            return Err(format!(
+                "expected http://HOST:PORT (e.g. http://127.0.0.1:2379), found {shown:?}"
+            ));
+        }
+        let url = format!("http://{authority}");
+        if url.parse::<http::Uri>().is_err() {
+            return Err(format!("expected http://HOST:PORT, found {shown:?}"));
+        }
+        if !urls.contains(&url) {
+            urls.push(url);
+        }
+    }
+    if urls.len() > MAX_ETCD_ENDPOINTS {
+        return Err(format!(
+            "expected at most {MAX_ETCD_ENDPOINTS} endpoints, found {}",
+            urls.len()
+        ));
+    }
+    Ok(urls)
+}
+
+/// A key prefix: `/` then segments of letters, digits, `-`, `_` and `.`, separated by `/`.
+fn parse_prefix(text: &str) -> Result<String, String> {
+    let shown: String = text.chars().take(100).collect();
+    let trimmed = text.strip_suffix('/').unwrap_or(text);
+    let valid = trimmed.len() <= 200
+        && trimmed.starts_with('/')
+        && trimmed[1..].split('/').all(|segment| {
+            !segment.is_empty()
+                && segment
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+        });
+    if valid {
+        Ok(trimmed.to_owned())
+    } else {
+        Err(format!(
+            "expected a key prefix like /snowflake or /prod/ids (`/`-separated segments of \
+             letters, digits, `-`, `_`, `.`; at most 200 characters), found {shown:?}"
+        ))
+    }
+}
+
+/// `HOST:PORT` other machines can reach this node at.
+fn parse_advertise(text: &str) -> Result<String, String> {
+    let shown: String = text.chars().take(100).collect();
+    match text.rsplit_once(':') {
+        Some((host, port))
+            if !host.is_empty()
+                && host.len() <= 253
+                && port.parse::<u16>().is_ok_and(|p| p > 0)
+                && host
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b".-_[]:".contains(&b)) =>
+        {
+            Ok(text.to_owned())
+        }
+        _ => Err(format!(
+            "expected HOST:PORT (e.g. 10.0.0.7:7609 or ids-3.internal:7609), found {shown:?}"
+        )),
+    }
 }
 
 fn parse_number(text: &str, min: u64, max: u64) -> Result<u64, String> {

@@ -7,6 +7,8 @@
 #![deny(missing_docs)]
 
 pub mod config;
+pub mod etcd;
+pub mod fleet;
 pub mod grpc;
 pub mod http;
 pub mod metrics;
@@ -14,7 +16,8 @@ pub mod node;
 pub mod state;
 pub mod thrift;
 
-pub use config::{Config, ConfigError, LogFormat, ServeArgs};
+pub use config::{Config, ConfigError, EtcdConfig, LogFormat, ServeArgs};
+pub use etcd::{ClaimError, EtcdLease, Holder};
 pub use node::{IssueError, Node, NotNow, Protocol};
 pub use state::StateError;
 
@@ -90,18 +93,44 @@ pub struct BindError {
     pub source: std::io::Error,
 }
 
+/// Why the service stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// The final high-water mark could not be persisted.
+    #[error(transparent)]
+    State(#[from] StateError),
+    /// The node lost its pair for good (another node claimed it while this one was cut off
+    /// from the coordination service).
+    #[error("{0}")]
+    Fleet(String),
+}
+
 /// Runs the service until `shutdown` completes: opens the node (at once, or once its clock
-/// passes a persisted mark), keeps its reservation ahead of the clock, and serves every listener.
-/// Then stops accepting, lets in-flight requests finish, and persists the exact high-water mark.
+/// passes a persisted mark), keeps its reservation ahead of the clock (and its lease alive, in a
+/// fleet), and serves every listener. Then stops accepting, lets in-flight requests finish,
+/// persists the exact high-water mark and releases the lease.
+///
+/// In a fleet the service also stops, with [`RunError::Fleet`], if its pair is lost for good.
 pub async fn run(
     node: Arc<Node>,
     config: &Config,
     listeners: Listeners,
     shutdown: impl Future<Output = ()>,
-) -> Result<(), StateError> {
+) -> Result<(), RunError> {
     let (stop_tx, stop_rx) = watch::channel(false);
+    // The lease outlives the front ends and the keeper: the final mark is written under it.
+    let (lease_stop_tx, lease_stop_rx) = watch::channel(false);
+    let mut lease = tokio::task::JoinSet::new();
+    let (lost_tx, mut lost_rx) = tokio::sync::mpsc::channel::<String>(1);
+    if let Some(coordinator) = node.coordinator() {
+        lease.spawn(async move {
+            if let Err(reason) = coordinator.run(lease_stop_rx).await {
+                let _ = lost_tx.send(reason).await;
+            }
+        });
+    }
     node.start().await;
-    // Both sets abort their tasks if this future is dropped, so nothing outlives the service.
+    // Every set aborts its tasks if this future is dropped, so nothing outlives the service.
     let mut keeper = tokio::task::JoinSet::new();
     keeper.spawn(Arc::clone(&node).keep(stop_rx.clone()));
     let mut front_ends = tokio::task::JoinSet::new();
@@ -117,15 +146,36 @@ pub async fn run(
         let (node, config, stop) = (Arc::clone(&node), config.clone(), stop_rx.clone());
         front_ends.spawn(async move { thrift::serve(listener, node, &config, stop).await });
     }
-    shutdown.await;
-    tracing::info!("shutting down: no new connections; finishing in-flight requests");
+    let lost = tokio::select! {
+        () = shutdown => None,
+        Some(reason) = lost_rx.recv() => Some(reason),
+    };
+    match &lost {
+        None => tracing::info!("shutting down: no new connections; finishing in-flight requests"),
+        Some(reason) => tracing::error!(%reason, "stopping: the pair is lost"),
+    }
     let _ = stop_tx.send(true);
     while front_ends.join_next().await.is_some() {}
     while keeper.join_next().await.is_some() {}
-    let mark_ms = node.shutdown().await?;
-    tracing::info!(
-        high_water_ms = mark_ms,
-        "stopped; high-water mark persisted"
-    );
-    Ok(())
+    let stored = node.shutdown().await;
+    match &stored {
+        Ok(mark_ms) => tracing::info!(
+            high_water_ms = mark_ms,
+            "stopped; high-water mark persisted"
+        ),
+        Err(err) => tracing::error!(error = %err, "cannot persist the final high-water mark"),
+    }
+    if let Some(coordinator) = node.coordinator() {
+        // Only after the final mark is stored. Even if that failed, every reservation was
+        // recorded in the coordination service before use, so the successor stays above it.
+        if lost.is_none() {
+            coordinator.release().await;
+        }
+        let _ = lease_stop_tx.send(true);
+        while lease.join_next().await.is_some() {}
+    }
+    match lost {
+        Some(reason) => Err(RunError::Fleet(reason)),
+        None => stored.map(drop).map_err(RunError::from),
+    }
 }

@@ -55,6 +55,10 @@ pub struct Metrics {
     pub state_writes: Counter,
     /// Failed writes of the high-water mark.
     pub state_write_errors: Counter,
+    /// Writes of the high-water mark to the coordination service (etcd).
+    pub lease_mark_writes: Counter,
+    /// Failed writes of the high-water mark to the coordination service.
+    pub lease_mark_write_errors: Counter,
     /// Connections refused because the connection cap was reached.
     pub connections_rejected: Counter,
     /// Thrift connections closed for an oversized, negative or garbage frame.
@@ -101,6 +105,18 @@ impl Metrics {
             "Failed writes of the high-water mark",
             state_write_errors.clone(),
         );
+        let lease_mark_writes = Counter::default();
+        registry.register(
+            "lease_mark_writes",
+            "Writes of the high-water mark to the coordination service (etcd), made only while the pair is held",
+            lease_mark_writes.clone(),
+        );
+        let lease_mark_write_errors = Counter::default();
+        registry.register(
+            "lease_mark_write_errors",
+            "Failed writes of the high-water mark to the coordination service",
+            lease_mark_write_errors.clone(),
+        );
         let connections_rejected = Counter::default();
         registry.register(
             "connections_rejected",
@@ -134,6 +150,8 @@ impl Metrics {
             clock_backwards_waits,
             state_writes,
             state_write_errors,
+            lease_mark_writes,
+            lease_mark_write_errors,
             connections_rejected,
             thrift_bad_frames,
             thrift_invalid_agents,
@@ -260,6 +278,59 @@ impl Collector for NodeCollector {
         ] {
             let gauge = ConstGauge::new(value);
             gauge.encode(encoder.encode_descriptor(name, help, None, gauge.metric_type())?)?;
+        }
+
+        if let Some(lease) = shared.coordinator.as_ref().map(|c| c.info()) {
+            for (name, help, value) in [
+                (
+                    "lease_held",
+                    "1 while the pair's lease is provably held (including while a renewal is being retried), else 0",
+                    i64::from(lease.state != "lost"),
+                ),
+                (
+                    "lease_remaining_ms",
+                    "Milliseconds before the node stops issuing unless its lease is renewed",
+                    clamp(lease.remaining_ms),
+                ),
+                (
+                    "lease_ttl_seconds",
+                    "The lease TTL granted by the coordination service",
+                    clamp(lease.ttl_secs),
+                ),
+            ] {
+                let gauge = ConstGauge::new(value);
+                gauge.encode(encoder.encode_descriptor(
+                    name,
+                    help,
+                    None,
+                    gauge.metric_type(),
+                )?)?;
+            }
+            for (name, help, value) in [
+                (
+                    "lease_renewals",
+                    "Successful lease renewals (keep-alives)",
+                    lease.renewals,
+                ),
+                (
+                    "lease_renewal_failures",
+                    "Failed lease renewal attempts",
+                    lease.renewal_failures,
+                ),
+                (
+                    "lease_losses",
+                    "Times the lease was lost (expired or taken away)",
+                    lease.losses,
+                ),
+            ] {
+                let counter = ConstCounter::new(value);
+                counter.encode(encoder.encode_descriptor(
+                    name,
+                    help,
+                    None,
+                    counter.metric_type(),
+                )?)?;
+            }
         }
         Ok(())
     }

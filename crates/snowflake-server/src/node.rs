@@ -2,6 +2,7 @@
 //! place where requests are validated and refusals are explained.
 
 use crate::config::Config;
+use crate::fleet::{Coordinator, Fence, LeaseInfo};
 use crate::metrics::Metrics;
 use crate::state::{MarkKind, StateDir, StateError};
 use snowflake_core::{Clock, Error as CoreError, Generator, IdBatch, Layout, format_unix_ms};
@@ -85,8 +86,26 @@ enum Phase {
 #[derive(Debug)]
 struct Status {
     phase: Phase,
-    /// The high-water mark on disk: no issued ID is above it.
+    /// The high-water mark on disk (and in the coordination service): no issued ID is above it.
     persisted_mark_ms: u64,
+    /// The last timestamp (Unix ms) the coordination service's fence allows: `u64::MAX`
+    /// without one, 0 while the lease is lost.
+    fence_limit_ms: u64,
+    /// Why the fence is down, when it is.
+    fence_reason: Option<String>,
+}
+
+impl Status {
+    /// The limit the generator should have now: nothing before the node opens or after it
+    /// shuts down; else the reservation, cut short by the fence.
+    fn issue_limit_ms(&self) -> u64 {
+        match self.phase {
+            Phase::Ready | Phase::PersistFailed { .. } => {
+                self.persisted_mark_ms.min(self.fence_limit_ms)
+            }
+            Phase::Starting | Phase::WaitingForMark { .. } | Phase::ShuttingDown => 0,
+        }
+    }
 }
 
 /// Why the node cannot issue IDs right now.
@@ -94,6 +113,8 @@ struct Status {
 enum Blocker {
     /// Not open (starting, waiting for the mark, persist failed, shutting down).
     Phase(Phase),
+    /// The lease on the pair cannot be proven.
+    Fenced { reason: String },
     /// The clock is behind the last issued ID.
     Behind { last_ms: u64, now_ms: u64 },
     /// The clock is past the persisted reservation.
@@ -113,8 +134,10 @@ pub(crate) struct Snapshot {
 pub(crate) struct NodeShared {
     /// The one generator of this node.
     pub generator: Generator<Arc<dyn Clock>>,
-    /// Where the node's (datacenter, worker) pair came from, e.g. `static`.
+    /// Where the node's (datacenter, worker) pair came from: `static` or `etcd`.
     pub identity_source: &'static str,
+    /// The coordination service that leased the pair, if any.
+    pub coordinator: Option<Arc<dyn Coordinator>>,
     status: Mutex<Status>,
 }
 
@@ -129,11 +152,16 @@ impl NodeShared {
     /// What stops IDs from being issued right now, if anything: the phase, a clock behind
     /// the last issued ID, or a clock past the reservation. The one readiness rule, shared by
     /// `/readyz`, gRPC health, `/v1/info` and the `snowflake_ready` metric.
-    fn blocker(&self, phase: &Phase) -> Option<Blocker> {
-        if *phase != Phase::Ready {
-            return Some(Blocker::Phase(phase.clone()));
+    fn blocker(&self, status: &Status) -> Option<Blocker> {
+        if status.phase != Phase::Ready {
+            return Some(Blocker::Phase(status.phase.clone()));
         }
         let now_ms = self.generator.clock().now_ms();
+        if now_ms > status.fence_limit_ms {
+            return Some(Blocker::Fenced {
+                reason: fence_reason(status),
+            });
+        }
         if let Some(last_ms) = self.generator.last_issued_ms()
             && now_ms < last_ms
         {
@@ -144,14 +172,14 @@ impl NodeShared {
     }
 
     /// Whether IDs can be issued right now.
-    fn can_issue(&self, phase: &Phase) -> bool {
-        self.blocker(phase).is_none()
+    fn can_issue(&self, status: &Status) -> bool {
+        self.blocker(status).is_none()
     }
 
     pub(crate) fn snapshot(&self) -> Snapshot {
         let status = self.status();
         Snapshot {
-            ready: self.can_issue(&status.phase),
+            ready: self.can_issue(&status),
             waiting_for_mark: matches!(status.phase, Phase::WaitingForMark { .. }),
             persisted_mark_ms: status.persisted_mark_ms,
         }
@@ -169,8 +197,11 @@ pub struct Info {
     pub epoch_ms: u64,
     /// The node's clock now (Unix ms).
     pub timestamp_ms: u64,
-    /// Where the pair came from (`static`).
+    /// Where the pair came from: `static` (configuration) or `etcd`.
     pub identity_source: &'static str,
+    /// The lease on the pair, when it comes from a coordination service.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lease: Option<LeaseInfo>,
     /// Whether the node can issue IDs now.
     pub ready: bool,
     /// The persisted high-water mark (Unix ms).
@@ -208,9 +239,40 @@ impl Node {
     /// Opens and locks the state directory, reads the node's mark, and builds a generator that
     /// is closed (issues nothing) until [`Node::start`] or the keeper opens it.
     pub fn new(config: &Config, clock: Arc<dyn Clock>) -> Result<Arc<Node>, StateError> {
+        Node::with_coordinator(config, clock, None)
+    }
+
+    /// [`Node::new`] for a pair leased from a coordination service (`config`'s datacenter and
+    /// worker ids are the claimed pair): the node also stays above the mark the claim read,
+    /// obeys the lease's fence, and records every reservation there too.
+    pub fn with_coordinator(
+        config: &Config,
+        clock: Arc<dyn Clock>,
+        coordinator: Option<Arc<dyn Coordinator>>,
+    ) -> Result<Arc<Node>, StateError> {
         let layout = config.layout;
         let state = StateDir::open(&config.state_dir)?;
-        let mark = state.load(config.datacenter_id, config.worker_id, layout.epoch_ms())?;
+        let mut mark = state.load(config.datacenter_id, config.worker_id, layout.epoch_ms())?;
+        let fence = coordinator.as_ref().map(|c| c.fence().borrow().clone());
+        if let Some(Fence::Held { floor_ms, .. }) = fence
+            && mark.as_ref().is_none_or(|m| m.high_water_ms < floor_ms)
+            && floor_ms > 0
+        {
+            // A previous holder (maybe another machine) may have issued up to here.
+            tracing::info!(
+                takeover_mark_ms = floor_ms,
+                "the pair's high-water mark in the coordination service is above this node's own; \
+                 resuming above it"
+            );
+            mark = Some(StateDir::mark(
+                config.datacenter_id,
+                config.worker_id,
+                layout.epoch_ms(),
+                floor_ms,
+                MarkKind::Reservation,
+                floor_ms,
+            ));
+        }
         let mut builder = Generator::builder()
             .layout(layout)
             .datacenter_id(config.datacenter_id)
@@ -237,12 +299,20 @@ impl Node {
             path: state.file(config.datacenter_id, config.worker_id),
             reason: e.to_string(),
         })?;
+        let now_ms = clock.now_ms();
+        let (fence_limit_ms, fence_reason) = match &fence {
+            None => (u64::MAX, None),
+            Some(fence) => fence_limit(fence, now_ms),
+        };
         let shared = Arc::new(NodeShared {
             generator,
-            identity_source: "static",
+            identity_source: coordinator.as_ref().map_or("static", |c| c.source()),
+            coordinator,
             status: Mutex::new(Status {
                 phase,
                 persisted_mark_ms: mark.map_or(0, |m| m.high_water_ms),
+                fence_limit_ms,
+                fence_reason,
             }),
         });
         Ok(Arc::new(Node {
@@ -257,6 +327,11 @@ impl Node {
             request_timeout: config.request_timeout,
             state: Arc::new(state),
         }))
+    }
+
+    /// The coordination service that leased the pair, if any.
+    pub fn coordinator(&self) -> Option<Arc<dyn Coordinator>> {
+        self.shared.coordinator.clone()
     }
 
     /// The metrics.
@@ -379,10 +454,19 @@ impl Node {
                     self.metrics.clock_backwards_waits.inc();
                     return Err(NotNow::Wait { ms: behind_ms });
                 }
-                Err(CoreError::PastIssueLimit { .. })
-                    if self.shared.status().phase == Phase::Ready =>
-                {
-                    return Err(NotNow::Reserve);
+                Err(CoreError::PastIssueLimit { now_ms, .. }) => {
+                    let status = self.shared.status();
+                    if now_ms > status.fence_limit_ms {
+                        return Err(NotNow::Refused(fenced(&fence_reason(&status))));
+                    }
+                    if status.phase == Phase::Ready {
+                        return Err(NotNow::Reserve);
+                    }
+                    drop(status);
+                    return Err(NotNow::Refused(self.refusal(CoreError::PastIssueLimit {
+                        now_ms,
+                        limit_ms: self.shared.generator.issue_limit_ms(),
+                    })));
                 }
                 Err(err) => return Err(NotNow::Refused(self.refusal(err))),
             }
@@ -403,10 +487,14 @@ impl Node {
 
     /// Ok while the node can issue IDs; otherwise why not.
     pub fn readiness(&self) -> Result<(), IssueError> {
-        let phase = self.shared.status().phase.clone();
-        match self.shared.blocker(&phase) {
+        let blocker = {
+            let status = self.shared.status();
+            self.shared.blocker(&status)
+        };
+        match blocker {
             None => Ok(()),
             Some(Blocker::Phase(phase)) => Err(self.phase_refusal(&phase)),
+            Some(Blocker::Fenced { reason }) => Err(fenced(&reason)),
             Some(Blocker::Behind { last_ms, now_ms }) => {
                 Err(backwards(last_ms - now_ms, last_ms, now_ms))
             }
@@ -423,7 +511,8 @@ impl Node {
             epoch_ms: self.layout.epoch_ms(),
             timestamp_ms: self.clock.now_ms(),
             identity_source: self.shared.identity_source,
-            ready: self.shared.can_issue(&status.phase),
+            lease: self.shared.coordinator.as_ref().map(|c| c.info()),
+            ready: self.shared.can_issue(&status),
             high_water_mark_ms: status.persisted_mark_ms,
             max_batch: self.max_batch,
             version: env!("CARGO_PKG_VERSION"),
@@ -451,14 +540,98 @@ impl Node {
     /// The keeper, run until `shutdown` flips: opens a waiting node once its clock passes the
     /// mark, and keeps the persisted reservation ahead of the clock.
     pub async fn keep(self: Arc<Self>, mut shutdown: watch::Receiver<bool>) {
+        enum Wake {
+            Tick,
+            FenceChanged { sender_alive: bool },
+            FenceExpired,
+            Stop,
+        }
         let period = Duration::from_millis((self.reserve_ms / 4).clamp(5, 1000));
+        let mut tick = tokio::time::interval_at(Instant::now() + period, period);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut fence = self.shared.coordinator.as_ref().map(|c| c.fence());
         loop {
-            tokio::select! {
-                () = tokio::time::sleep(period) => self.tick().await,
+            // The keeper also closes the node the instant the fence runs out, on the monotonic
+            // clock: the wall-clock issue limit already stops it then, and this also covers a
+            // wall clock stepped backwards.
+            let expiry = fence.as_ref().and_then(|f| match &*f.borrow() {
+                Fence::Held { until, .. } if *until > std::time::Instant::now() => Some(*until),
+                _ => None,
+            });
+            let changed = async {
+                match fence.as_mut() {
+                    Some(f) => f.changed().await.is_ok(),
+                    None => std::future::pending().await,
+                }
+            };
+            let expired = async {
+                match expiry {
+                    Some(until) => tokio::time::sleep_until(Instant::from_std(until)).await,
+                    None => std::future::pending().await,
+                }
+            };
+            let wake = tokio::select! {
+                _ = tick.tick() => Wake::Tick,
+                sender_alive = changed => Wake::FenceChanged { sender_alive },
+                () = expired => Wake::FenceExpired,
                 // The only change ever sent is `true`; a dropped sender means stop too.
-                _ = shutdown.changed() => return,
+                _ = shutdown.changed() => Wake::Stop,
+            };
+            match wake {
+                Wake::Tick => self.tick().await,
+                Wake::FenceChanged { sender_alive: true } | Wake::FenceExpired => {
+                    let current = fence.as_mut().map(|f| f.borrow_and_update().clone());
+                    if let Some(current) = current {
+                        self.apply_fence(&current);
+                    }
+                }
+                Wake::FenceChanged {
+                    sender_alive: false,
+                } => {
+                    self.apply_fence(&Fence::Lost {
+                        reason: "the lease keeper stopped".into(),
+                    });
+                    fence = None;
+                }
+                Wake::Stop => return,
             }
         }
+    }
+
+    /// Applies the coordination service's fence: the generator may issue only until its
+    /// deadline (as wall-clock ms), never while it is down, and only above the mark the claim read.
+    fn apply_fence(&self, fence: &Fence) {
+        let now_ms = self.clock.now_ms();
+        let generator = &self.shared.generator;
+        let mut status = self.shared.status();
+        let (limit_ms, reason) = fence_limit(fence, now_ms);
+        if reason.is_some() && status.fence_reason.is_none() && status.phase == Phase::Ready {
+            tracing::warn!(
+                reason = reason.as_deref().unwrap_or(""),
+                "fenced: not issuing ids"
+            );
+        } else if reason.is_none() && status.fence_reason.is_some() {
+            tracing::info!("the lease is held again");
+        }
+        status.fence_limit_ms = limit_ms;
+        status.fence_reason = reason;
+        if let Fence::Held { floor_ms, .. } = fence
+            && generator
+                .last_issued_ms()
+                .is_none_or(|last| last < *floor_ms)
+        {
+            // Re-claimed after an outage, and another holder went further meanwhile.
+            if let Err(err) = generator.resume_after(*floor_ms) {
+                tracing::error!(error = %err, "cannot resume above the pair's mark");
+                status.fence_limit_ms = 0;
+                status.fence_reason = Some(format!("cannot resume above the pair's mark: {err}"));
+            }
+            status.persisted_mark_ms = status.persisted_mark_ms.max(*floor_ms);
+            if now_ms <= *floor_ms && status.phase != Phase::ShuttingDown {
+                status.phase = Phase::WaitingForMark { mark_ms: *floor_ms };
+            }
+        }
+        generator.set_issue_limit_ms(status.issue_limit_ms());
     }
 
     /// One step of the keeper.
@@ -469,7 +642,7 @@ impl Node {
             Phase::Starting | Phase::PersistFailed { .. } => true,
             Phase::WaitingForMark { mark_ms } => now_ms > mark_ms,
             Phase::Ready => {
-                now_ms.saturating_add(self.reserve_ms / 2) >= self.shared.generator.issue_limit_ms()
+                now_ms.saturating_add(self.reserve_ms / 2) >= self.shared.status().persisted_mark_ms
             }
             Phase::ShuttingDown => false,
         };
@@ -484,10 +657,9 @@ impl Node {
         // Another writer may have covered this reading while we waited for the lock.
         {
             let status = self.shared.status();
-            let limit_ms = self.shared.generator.issue_limit_ms();
             if status.phase == Phase::ShuttingDown
                 || (status.phase == Phase::Ready
-                    && now_ms.saturating_add(self.reserve_ms / 2) < limit_ms)
+                    && now_ms.saturating_add(self.reserve_ms / 2) < status.persisted_mark_ms)
             {
                 return;
             }
@@ -503,11 +675,13 @@ impl Node {
         match result {
             Ok(()) => {
                 status.persisted_mark_ms = target_ms;
-                self.shared.generator.set_issue_limit_ms(target_ms);
                 if status.phase != Phase::Ready {
                     tracing::info!(reserved_until_ms = target_ms, "ready: issuing ids");
                     status.phase = Phase::Ready;
                 }
+                self.shared
+                    .generator
+                    .set_issue_limit_ms(status.issue_limit_ms());
             }
             Err(err) => {
                 let message = err.to_string();
@@ -554,7 +728,20 @@ impl Node {
             Ok(()) => self.metrics.state_writes.inc(),
             Err(_) => self.metrics.state_write_errors.inc(),
         };
-        result
+        result?;
+        // Then the coordination service, so a successor on another machine sees it too.
+        if let Some(coordinator) = &self.shared.coordinator {
+            let stored = coordinator.store_mark(high_water_ms).await;
+            match &stored {
+                Ok(()) => self.metrics.lease_mark_writes.inc(),
+                Err(_) => self.metrics.lease_mark_write_errors.inc(),
+            };
+            stored.map_err(|message| StateError::Fleet {
+                service: coordinator.source(),
+                message,
+            })?;
+        }
+        Ok(())
     }
 
     /// Stops issuing for good and records the exact point reached, so the next start serves at
@@ -655,6 +842,46 @@ fn not_reserved(limit_ms: u64) -> IssueError {
             "the clock has passed the persisted high-water mark {limit_ms}; waiting for the next \
              reservation to be written"
         ),
+        1,
+    )
+}
+
+/// The wall-clock limit a fence allows (reading the clock at `now_ms`), and why it is down.
+fn fence_limit(fence: &Fence, now_ms: u64) -> (u64, Option<String>) {
+    match fence {
+        Fence::Held { until, .. } => {
+            let left = until.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                (
+                    0,
+                    Some(
+                        "the lease on this node's (datacenter, worker) pair could not be renewed \
+                         in time; not issuing ids until it is"
+                            .into(),
+                    ),
+                )
+            } else {
+                // Whole milliseconds, rounded down: never past the monotonic deadline.
+                let left_ms = u64::try_from(left.as_millis()).unwrap_or(u64::MAX);
+                (now_ms.saturating_add(left_ms), None)
+            }
+        }
+        Fence::Lost { reason } => (0, Some(reason.clone())),
+    }
+}
+
+/// Why the fence stops the node (also when its deadline passed between two keeper wake-ups).
+fn fence_reason(status: &Status) -> String {
+    status.fence_reason.clone().unwrap_or_else(|| {
+        "the lease on this node's (datacenter, worker) pair could not be renewed in time; not \
+         issuing ids until it is"
+            .into()
+    })
+}
+
+fn fenced(reason: &str) -> IssueError {
+    unavailable(
+        format!("this node cannot prove it still holds its worker id: {reason}"),
         1,
     )
 }

@@ -66,6 +66,14 @@ pub enum StateError {
         /// The underlying error.
         source: std::io::Error,
     },
+    /// The coordination service did not accept the high-water mark.
+    #[error("cannot record the high-water mark in {service}: {message}")]
+    Fleet {
+        /// `etcd`.
+        service: &'static str,
+        /// What went wrong.
+        message: String,
+    },
 }
 
 /// What the mark records: a reservation made ahead of use, or the exact point reached at a

@@ -6,7 +6,7 @@ use hyper::StatusCode;
 use hyper::header::HeaderMap;
 use hyper_util::rt::TokioIo;
 use snowflake_core::{Clock, ManualClock};
-use snowflake_server::{Config, Listeners, Node, StateError};
+use snowflake_server::{Config, Listeners, Node, RunError};
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
@@ -34,7 +34,7 @@ pub struct TestServer {
     pub node: Arc<Node>,
     pub clock: ManualClock,
     stop: Option<oneshot::Sender<()>>,
-    task: Option<JoinHandle<Result<(), StateError>>>,
+    task: Option<JoinHandle<Result<(), RunError>>>,
     tickers: std::sync::Mutex<Vec<Arc<std::sync::atomic::AtomicBool>>>,
 }
 

@@ -1,0 +1,87 @@
+//! What the node needs from a coordination service that leases its (datacenter, worker) pair
+//! (etcd today): a fence that says until when the pair is provably held, and a durable copy of
+//! the high-water mark that only the holder can write.
+//!
+//! The node never issues an ID while the fence is down or past its deadline, and never above a
+//! mark that the coordination service has not durably accepted. A successor that claims the
+//! pair reads that mark and issues only above it, so even a predecessor that lost its lease
+//! without noticing (frozen, partitioned, its clock ahead) cannot collide with it: everything
+//! it could still issue is at or below the mark it wrote while it held the pair.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::time::Instant;
+use tokio::sync::watch;
+
+/// A boxed future, so the node can hold any coordinator behind one trait object.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// Whether the node may issue IDs as far as the coordination service is concerned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Fence {
+    /// The pair is held: IDs may be issued until `until` (local monotonic time: the earliest
+    /// moment the lease could expire, less a safety margin), and only above `floor_ms`.
+    Held {
+        /// When the proof of holding runs out unless renewed.
+        until: Instant,
+        /// The mark read when the pair was claimed (Unix ms): a previous holder may have
+        /// issued IDs up to it, so this node issues only above it.
+        floor_ms: u64,
+    },
+    /// The node cannot prove it holds the pair; the reason, in words.
+    Lost {
+        /// Why.
+        reason: String,
+    },
+}
+
+/// What `/v1/info` and the metrics show about the lease.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct LeaseInfo {
+    /// `held`, `renewing` (held, but the last renewal failed) or `lost`.
+    pub state: &'static str,
+    /// The lease's id as etcd shows it (hex), when one is held.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lease_id: Option<String>,
+    /// The TTL etcd granted, in seconds.
+    pub ttl_secs: u64,
+    /// Milliseconds left before the node stops issuing unless the lease is renewed (0 when
+    /// lost).
+    pub remaining_ms: u64,
+    /// The key that records the claim.
+    pub key: String,
+    /// Why the lease is not held, when it is not.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// Successful renewals so far.
+    pub renewals: u64,
+    /// Failed renewal attempts so far.
+    pub renewal_failures: u64,
+    /// Times the lease was lost (expired or taken away) and had to be claimed again.
+    pub losses: u64,
+}
+
+/// A coordination service that leased this node its pair.
+pub trait Coordinator: Send + Sync + fmt::Debug {
+    /// `etcd`: where the pair came from (the `identity_source` of `/v1/info` and metrics).
+    fn source(&self) -> &'static str;
+
+    /// The fence; it changes when the lease is renewed, lost or re-established.
+    fn fence(&self) -> watch::Receiver<Fence>;
+
+    /// Durably records `mark_ms` (Unix ms) as the pair's high-water mark, only while this node
+    /// still holds the pair. `Ok` means a successor will see it.
+    fn store_mark(&self, mark_ms: u64) -> BoxFuture<'_, Result<(), String>>;
+
+    /// Keeps the lease alive until `stop` flips, re-establishing it after an outage. Returns an
+    /// error only when the node can never hold its pair again (another node claimed it): the
+    /// service then stops.
+    fn run(&self, stop: watch::Receiver<bool>) -> BoxFuture<'_, Result<(), String>>;
+
+    /// Gives the pair up (after the final mark is stored) so another node may claim it at once.
+    fn release(&self) -> BoxFuture<'_, ()>;
+
+    /// The lease, for `/v1/info` and the metrics.
+    fn info(&self) -> LeaseInfo;
+}
