@@ -1,6 +1,8 @@
-//! One test binary for the `snowflake` command: the CLI subcommands, and `snowflake serve` run
-//! as a real process.
+//! One test binary for the `snowflake` command: the CLI subcommands, `snowflake serve` run as a
+//! real process, and fleets of them leasing worker ids from a real etcd.
 
 mod cli;
+mod etcd_cluster;
+mod fleet;
 mod serve;
 mod support;

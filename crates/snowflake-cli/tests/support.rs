@@ -396,8 +396,25 @@ pub fn get(addr: SocketAddr, path: &str) -> Response {
     request(addr, "GET", path, &[])
 }
 
+/// `GET path` on a fresh connection; an I/O error (e.g. the server is restarting) is returned,
+/// not a panic.
+pub fn try_get(addr: SocketAddr, path: &str) -> std::io::Result<Response> {
+    try_request(addr, "GET", path, &[])
+}
+
 /// One request on a fresh connection with `Connection: close`, read to EOF.
 pub fn request(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, &str)]) -> Response {
+    try_request(addr, method, path, headers)
+        .unwrap_or_else(|e| panic!("{method} http://{addr}{path}: {e}"))
+}
+
+/// [`request`], with I/O errors returned.
+pub fn try_request(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> std::io::Result<Response> {
     let try_once = || -> std::io::Result<Response> {
         let mut stream = TcpStream::connect_timeout(&addr, HTTP_TIMEOUT)?;
         stream.set_read_timeout(Some(HTTP_TIMEOUT))?;
@@ -412,9 +429,19 @@ pub fn request(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, &st
         stream.write_all(head.as_bytes())?;
         let mut raw = Vec::new();
         stream.read_to_end(&mut raw)?;
+        // A server shutting down may close the connection without answering.
+        if !raw.windows(4).any(|w| w == b"\r\n\r\n") {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                format!(
+                    "connection closed after {} bytes, before a response",
+                    raw.len()
+                ),
+            ));
+        }
         Ok(parse_response(&raw))
     };
-    try_once().unwrap_or_else(|e| panic!("{method} http://{addr}{path}: {e}"))
+    try_once()
 }
 
 fn parse_response(raw: &[u8]) -> Response {

@@ -171,8 +171,11 @@ struct LeaseState {
 /// The outcome of one claim transaction.
 #[derive(Debug)]
 enum Attempt {
-    /// The pair is ours; the mark read with it.
-    Claimed { floor_ms: u64 },
+    /// The pair is ours; the mark read with it, and the lease (hex) that wrote that mark.
+    Claimed {
+        floor_ms: u64,
+        writer: Option<String>,
+    },
     /// Another lease holds it; its claim key's value.
     HeldBy { holder: String },
 }
@@ -275,7 +278,7 @@ impl EtcdLease {
                     .await
                     .map_err(|e| unreachable(config, &e))?
                     {
-                        Ok(Attempt::Claimed { floor_ms }) => return Ok(Some((w, floor_ms))),
+                        Ok(Attempt::Claimed { floor_ms, .. }) => return Ok(Some((w, floor_ms))),
                         Ok(Attempt::HeldBy { holder }) => held_by = Some((w, holder, keys.claim)),
                         Err(reason) => {
                             return Err(ClaimError::BadMark {
@@ -520,8 +523,17 @@ impl EtcdLease {
             )
             .await
             {
-                Ok(Ok(Attempt::Claimed { floor_ms })) => {
+                Ok(Ok(Attempt::Claimed { floor_ms, writer })) => {
                     let until = sent + Duration::from_secs(ttl) - margin(ttl);
+                    // A mark this node wrote itself under its previous lease is only a
+                    // reservation: its generator knows exactly what it issued, and stays above
+                    // that. Anybody else's mark is a floor.
+                    let previous = format!("{:x}", self.state().lease_id);
+                    let floor_ms = if writer.as_deref() == Some(previous.as_str()) {
+                        0
+                    } else {
+                        floor_ms
+                    };
                     {
                         let mut state = self.state();
                         state.lease_id = granted.id;
@@ -730,17 +742,15 @@ async fn try_claim(
         });
     if response.succeeded {
         let mark = ranges.next().and_then(|r| r.kvs.into_iter().next());
-        return Ok(
-            parse_mark(mark.as_ref(), epoch_ms).map(|floor_ms| Attempt::Claimed { floor_ms })
-        );
+        return Ok(parse_mark(mark.as_ref(), epoch_ms)
+            .map(|(floor_ms, writer)| Attempt::Claimed { floor_ms, writer }));
     }
     let claim = ranges.next().and_then(|r| r.kvs.into_iter().next());
     let mark = ranges.next().and_then(|r| r.kvs.into_iter().next());
     match claim {
         // Our own earlier attempt landed although its answer was lost: the pair is ours.
-        Some(kv) if kv.lease == lease_id => {
-            Ok(parse_mark(mark.as_ref(), epoch_ms).map(|floor_ms| Attempt::Claimed { floor_ms }))
-        }
+        Some(kv) if kv.lease == lease_id => Ok(parse_mark(mark.as_ref(), epoch_ms)
+            .map(|(floor_ms, writer)| Attempt::Claimed { floor_ms, writer })),
         Some(kv) => Ok(Ok(Attempt::HeldBy {
             holder: String::from_utf8_lossy(&kv.value)
                 .chars()
@@ -754,10 +764,11 @@ async fn try_claim(
     }
 }
 
-/// The mark's `high_water_ms` (0 when there is no mark yet). A mark written by a node with
-/// another epoch is refused: a fleet sharing a prefix must share one layout.
-fn parse_mark(kv: Option<&pb::KeyValue>, epoch_ms: u64) -> Result<u64, String> {
-    let Some(kv) = kv else { return Ok(0) };
+/// The mark's `high_water_ms` (0 when there is no mark yet) and the lease (hex) that wrote it.
+/// A mark written by a node with another epoch is refused: a fleet sharing a prefix must share
+/// one layout.
+fn parse_mark(kv: Option<&pb::KeyValue>, epoch_ms: u64) -> Result<(u64, Option<String>), String> {
+    let Some(kv) = kv else { return Ok((0, None)) };
     let value: serde_json::Value = serde_json::from_slice(&kv.value).map_err(|e| {
         format!(
             "not JSON ({e}): {:?}",
@@ -772,9 +783,13 @@ fn parse_mark(kv: Option<&pb::KeyValue>, epoch_ms: u64) -> Result<u64, String> {
         .get("high_water_ms")
         .and_then(serde_json::Value::as_u64)
         .ok_or_else(|| format!("no whole-number high_water_ms in {shown}"))?;
+    let writer = value
+        .get("lease")
+        .and_then(serde_json::Value::as_str)
+        .map(str::to_owned);
     match value.get("epoch_ms").map(serde_json::Value::as_u64) {
-        None => Ok(mark),
-        Some(Some(theirs)) if theirs == epoch_ms => Ok(mark),
+        None => Ok((mark, writer)),
+        Some(Some(theirs)) if theirs == epoch_ms => Ok((mark, writer)),
         Some(theirs) => Err(format!(
             "it was written by a node using epoch {}, and this node uses {epoch_ms}: nodes \
              sharing an etcd prefix must share one layout (--epoch-ms)",
