@@ -255,6 +255,33 @@ fn resumes_above_a_high_water_mark() {
 }
 
 #[test]
+fn a_running_generator_can_be_moved_above_a_new_mark_but_never_back() {
+    let clock = ManualClock::new(T);
+    let generator = manual(1, 2, &clock);
+    let first = generator.next_id().unwrap();
+    assert_eq!(first.timestamp_ms(), T);
+    generator.resume_after(T + 500).unwrap();
+    assert_eq!(generator.last_issued_ms(), Some(T + 500));
+    assert!(matches!(
+        generator.next_id(),
+        Err(Error::ClockMovedBackwards { behind_ms: 500, .. })
+    ));
+    // A lower mark changes nothing.
+    generator.resume_after(T + 10).unwrap();
+    generator.resume_after(0).unwrap();
+    assert_eq!(generator.last_issued_ms(), Some(T + 500));
+    clock.set_ms(T + 501);
+    let id = generator.next_id().unwrap();
+    assert_eq!((id.timestamp_ms(), id.sequence()), (T + 501, 0));
+    // A mark the layout cannot express is refused and changes nothing.
+    assert!(matches!(
+        generator.resume_after(u64::MAX),
+        Err(Error::OutOfRange { .. })
+    ));
+    assert_eq!(generator.last_issued_ms(), Some(T + 501));
+}
+
+#[test]
 fn batches_are_consecutive_and_stay_in_one_millisecond() {
     let clock = ManualClock::new(T);
     let generator = manual(3, 4, &clock);
