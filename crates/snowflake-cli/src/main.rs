@@ -292,7 +292,15 @@ fn serve(args: &ServeArgs, epoch_ms: Option<&str>) -> ExitCode {
                 config.worker_id = lease.worker_id();
                 Some(Arc::new(lease) as Arc<dyn snowflake_server::fleet::Coordinator>)
             }
-            None => None,
+            None => match &config.zookeeper {
+                Some(zookeeper) => {
+                    let registration =
+                        register_in_zookeeper(&config, zookeeper, &listeners, &clock).await?;
+                    config.worker_id = registration.worker_id();
+                    Some(Arc::new(registration) as Arc<dyn snowflake_server::fleet::Coordinator>)
+                }
+                None => None,
+            },
         };
         let node = Node::with_coordinator(&config, clock, coordinator)?;
         if let Some(addr) = listeners.http_addr() {
@@ -334,6 +342,7 @@ async fn claim_from_etcd(
     .filter_map(|(name, addr)| addr.map(|a| format!("{name}={a}")))
     .collect();
     let holder = snowflake_server::Holder::this_process(
+        config.hostname.clone(),
         config.advertise_addr.clone(),
         addresses,
         now_ms,
@@ -355,6 +364,49 @@ async fn claim_from_etcd(
         &holder,
     )
     .await?)
+}
+
+/// Registers the node's worker id in ZooKeeper (`--zookeeper`) under its advertised Thrift
+/// address, after the 2010 peer checks.
+async fn register_in_zookeeper(
+    config: &Config,
+    zookeeper: &snowflake_server::ZooKeeperConfig,
+    listeners: &Listeners,
+    clock: &Arc<dyn snowflake_core::Clock>,
+) -> anyhow::Result<snowflake_server::zookeeper::ZooKeeperRegistration> {
+    let thrift = listeners
+        .thrift_addr()
+        .ok_or_else(|| anyhow::anyhow!("--zookeeper needs the Thrift listener"))?;
+    // The znode's data: the advertised address, else the bound one (the host name when bound
+    // to every interface).
+    let data = match &config.advertise_addr {
+        Some(addr) => addr.clone(),
+        None if thrift.ip().is_unspecified() => format!("{}:{}", config.hostname, thrift.port()),
+        None => thrift.to_string(),
+    };
+    tracing::info!(
+        servers = %zookeeper.servers.join(","),
+        path = %zookeeper.path,
+        datacenter_id = config.datacenter_id,
+        worker_id = ?config.worker_id_given.then_some(config.worker_id),
+        %data,
+        "registering a worker id in ZooKeeper"
+    );
+    let now = {
+        let clock = Arc::clone(clock);
+        Arc::new(move || clock.now_ms()) as Arc<dyn Fn() -> u64 + Send + Sync>
+    };
+    Ok(
+        snowflake_server::zookeeper::ZooKeeperRegistration::register(
+            zookeeper,
+            &config.layout,
+            config.datacenter_id,
+            config.worker_id_given.then_some(config.worker_id),
+            data,
+            now,
+        )
+        .await?,
+    )
 }
 
 /// Logs to stderr, human-readable or JSON, filtered by `--log`.

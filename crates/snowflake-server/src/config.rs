@@ -188,6 +188,69 @@ pub struct ServeArgs {
     )]
     pub claim_timeout_secs: Option<String>,
 
+    /// Register the worker id in ZooKeeper as the 2010 original did (comma-separated
+    /// `HOST:PORT`): an ephemeral znode PATH/W holding this node's Thrift address, after checking
+    /// the registered peers over Thrift. With `--worker-id` the node claims exactly that one;
+    /// without it, the lowest free worker.
+    #[arg(
+        long,
+        env = "SNOWFLAKE_ZOOKEEPER",
+        value_name = "HOST:PORT[,...]",
+        help_heading = "Fleet (ZooKeeper)"
+    )]
+    pub zookeeper: Option<String>,
+
+    /// The ZooKeeper path of this datacenter's workers (one path per datacenter)
+    /// [default: /snowflake-servers]. High-water marks live under PATH-marks.
+    #[arg(
+        long,
+        env = "SNOWFLAKE_ZOOKEEPER_PATH",
+        value_name = "PATH",
+        help_heading = "Fleet (ZooKeeper)"
+    )]
+    pub zookeeper_path: Option<String>,
+
+    /// ZooKeeper session timeout asked for, 1000..=120000 ms [default: 10000]; the server may
+    /// narrow it to its own bounds. A crashed node's worker is free again after this long.
+    #[arg(
+        long,
+        env = "SNOWFLAKE_ZOOKEEPER_SESSION_TIMEOUT_MS",
+        value_name = "MS",
+        allow_negative_numbers = true,
+        help_heading = "Fleet (ZooKeeper)"
+    )]
+    pub zookeeper_session_timeout_ms: Option<String>,
+
+    /// Refuse to start when this node's clock is further than this from the mean of its
+    /// registered peers' clocks, 0..=3600000 ms [default: 10000, as in 2010].
+    #[arg(
+        long,
+        env = "SNOWFLAKE_MAX_PEER_SKEW_MS",
+        value_name = "MS",
+        allow_negative_numbers = true,
+        help_heading = "Fleet (ZooKeeper)"
+    )]
+    pub max_peer_skew_ms: Option<String>,
+
+    /// Take the worker id from the ordinal at the end of the host name, as a Kubernetes
+    /// StatefulSet names its pods (`snowflake-7` → 7).
+    #[arg(
+        long,
+        env = "SNOWFLAKE_WORKER_ID_FROM_HOSTNAME",
+        help_heading = "Identity"
+    )]
+    pub worker_id_from_hostname: bool,
+
+    /// The host name used by `--worker-id-from-hostname`, the config file's `[worker_id_map]`
+    /// and fleet registrations [default: the machine's host name].
+    #[arg(
+        long,
+        env = "SNOWFLAKE_HOSTNAME",
+        value_name = "NAME",
+        help_heading = "Identity"
+    )]
+    pub hostname: Option<String>,
+
     /// The address other machines reach this node at (`HOST:PORT`), recorded with its claim
     /// [default: the listeners' bound addresses].
     #[arg(
@@ -262,6 +325,50 @@ pub struct Config {
     pub etcd: Option<EtcdConfig>,
     /// The address recorded with the node's claim.
     pub advertise_addr: Option<String>,
+    /// Where the worker id is registered, when a fleet shares a ZooKeeper ensemble.
+    pub zookeeper: Option<ZooKeeperConfig>,
+    /// The host name (for the worker id map, the ordinal, and registrations).
+    pub hostname: String,
+    /// Where the worker id came from when the configuration gave it: `static` (a number),
+    /// `hostname-map` (the file's `[worker_id_map]`) or `hostname-ordinal`.
+    pub identity_source: &'static str,
+}
+
+/// Registering the worker id in ZooKeeper.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ZooKeeperConfig {
+    /// The ensemble's `HOST:PORT`s.
+    pub servers: Vec<String>,
+    /// The path of this datacenter's workers, without a trailing `/`.
+    pub path: String,
+    /// The session timeout asked for.
+    pub session_timeout: Duration,
+    /// How long a claim of a held pinned worker (or an unreachable ensemble) is retried.
+    pub claim_timeout: Duration,
+    /// The largest accepted distance from the peers' mean clock, in ms.
+    pub max_peer_skew_ms: u64,
+}
+
+impl ZooKeeperConfig {
+    /// The 2010 path.
+    pub const DEFAULT_PATH: &'static str = "/snowflake-servers";
+
+    /// Defaults for `servers`.
+    pub fn new(servers: Vec<String>) -> ZooKeeperConfig {
+        ZooKeeperConfig {
+            servers,
+            path: ZooKeeperConfig::DEFAULT_PATH.into(),
+            session_timeout: Duration::from_secs(10),
+            claim_timeout: Duration::from_secs(12),
+            max_peer_skew_ms: 10_000,
+        }
+    }
+
+    /// Where the pair's high-water marks live: a sibling of the registration path, so that
+    /// listing the path shows only workers (as 2010 peers expect).
+    pub fn marks_path(&self) -> String {
+        format!("{}-marks", self.path)
+    }
 }
 
 /// Leasing the (datacenter, worker) pair from etcd.
@@ -319,6 +426,9 @@ impl Config {
             worker_id_given: false,
             etcd: None,
             advertise_addr: None,
+            zookeeper: None,
+            hostname: String::new(),
+            identity_source: "static",
         }
     }
 
@@ -367,6 +477,77 @@ impl Config {
                 .parse(Field::WorkerId, &text)
                 .map_err(|e| ConfigError::invalid(&name, e))?;
             config.worker_id_given = true;
+        }
+        let hostname = match src.pick(args.hostname.as_deref(), "hostname", "hostname") {
+            Some((text, name)) => {
+                parse_hostname(&text).map_err(|e| ConfigError::invalid(&name, e))?
+            }
+            None => machine_hostname(),
+        };
+        config.hostname = hostname.clone();
+        let from_hostname = args.worker_id_from_hostname.then(|| "true".to_owned());
+        let from_hostname = match src.pick(
+            from_hostname.as_deref(),
+            "worker-id-from-hostname",
+            "worker_id_from_hostname",
+        ) {
+            Some((text, name)) => match text.as_str() {
+                "true" => Some(name),
+                "false" => None,
+                _ => {
+                    return Err(ConfigError::invalid(
+                        &name,
+                        format!("expected true or false, found {text:?}"),
+                    ));
+                }
+            },
+            None => None,
+        };
+        let map = match file
+            .as_ref()
+            .and_then(|f| f.table.get("worker_id_map").map(|v| (f, v)))
+        {
+            Some((file, value)) => Some(parse_worker_map(value, &layout).map_err(|e| {
+                ConfigError::invalid(&format!("[worker_id_map] in {}", file.path.display()), e)
+            })?),
+            None => None,
+        };
+        match (config.worker_id_given, from_hostname, map) {
+            (_, Some(_), Some(_)) => {
+                return Err(ConfigError(
+                    "--worker-id-from-hostname and a [worker_id_map] both give the worker id; \
+                     keep one"
+                        .into(),
+                ));
+            }
+            (true, Some(_), None) | (true, None, Some(_)) => {
+                return Err(ConfigError(
+                    "--worker-id and --worker-id-from-hostname (or a [worker_id_map]) both give \
+                     the worker id; keep one"
+                        .into(),
+                ));
+            }
+            (false, Some(name), None) => {
+                config.worker_id = worker_from_ordinal(&hostname, &layout)
+                    .map_err(|e| ConfigError::invalid(&name, e))?;
+                config.worker_id_given = true;
+                config.identity_source = "hostname-ordinal";
+            }
+            (false, None, Some(map)) => {
+                config.worker_id = *map.get(&hostname).ok_or_else(|| {
+                    ConfigError(format!(
+                        "host name {hostname:?} is not in the config file's [worker_id_map] \
+                         (it has {}); add it, or set --hostname",
+                        map.keys()
+                            .map(|k| format!("{k:?}"))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ))
+                })?;
+                config.worker_id_given = true;
+                config.identity_source = "hostname-map";
+            }
+            (_, None, None) => {}
         }
         let state_dir = args
             .state_dir
@@ -536,15 +717,88 @@ impl Config {
                 config.etcd = Some(etcd);
             }
             None => {
+                let zookeeper_given = args.zookeeper.is_some()
+                    || file
+                        .as_ref()
+                        .is_some_and(|f| f.table.contains_key("zookeeper"));
                 let stray = [
                     (prefix.is_some(), "--etcd-prefix"),
                     (ttl.is_some(), "--lease-ttl-secs"),
-                    (claim_timeout.is_some(), "--claim-timeout-secs"),
+                    (
+                        claim_timeout.is_some() && !zookeeper_given,
+                        "--claim-timeout-secs",
+                    ),
                 ];
                 if let Some((_, flag)) = stray.iter().find(|(set, _)| *set) {
                     return Err(ConfigError(format!(
                         "{flag} needs --etcd-endpoints (or SNOWFLAKE_ETCD_ENDPOINTS): without a \
                          coordination service the pair comes from --datacenter-id/--worker-id alone"
+                    )));
+                }
+            }
+        }
+        let zookeeper = src.pick(args.zookeeper.as_deref(), "zookeeper", "zookeeper");
+        let zk_path = src.pick(
+            args.zookeeper_path.as_deref(),
+            "zookeeper-path",
+            "zookeeper_path",
+        );
+        let session_timeout = number(
+            args.zookeeper_session_timeout_ms.as_deref(),
+            "zookeeper-session-timeout-ms",
+            "zookeeper_session_timeout_ms",
+            1000,
+            120_000,
+        )?;
+        let skew = number(
+            args.max_peer_skew_ms.as_deref(),
+            "max-peer-skew-ms",
+            "max_peer_skew_ms",
+            0,
+            3_600_000,
+        )?;
+        match zookeeper {
+            Some((text, name)) => {
+                if config.etcd.is_some() {
+                    return Err(ConfigError(
+                        "--etcd-endpoints and --zookeeper both lease the worker id; choose one \
+                         coordination service"
+                            .into(),
+                    ));
+                }
+                if config.thrift_addr.is_none() {
+                    return Err(ConfigError(
+                        "--zookeeper needs the Thrift listener (--thrift-addr): the znode holds \
+                         this node's Thrift address, and peers check each other over Thrift"
+                            .into(),
+                    ));
+                }
+                let servers = parse_servers(&text).map_err(|e| ConfigError::invalid(&name, e))?;
+                let mut zk = ZooKeeperConfig::new(servers);
+                if let Some((text, name)) = zk_path {
+                    zk.path = parse_prefix(&text).map_err(|e| ConfigError::invalid(&name, e))?;
+                }
+                if let Some(ms) = session_timeout {
+                    zk.session_timeout = Duration::from_millis(ms);
+                }
+                if let Some(ms) = skew {
+                    zk.max_peer_skew_ms = ms;
+                }
+                zk.claim_timeout = match claim_timeout {
+                    Some(secs) => Duration::from_secs(secs),
+                    None => zk.session_timeout + Duration::from_secs(2),
+                };
+                config.zookeeper = Some(zk);
+            }
+            None => {
+                let stray = [
+                    (zk_path.is_some(), "--zookeeper-path"),
+                    (session_timeout.is_some(), "--zookeeper-session-timeout-ms"),
+                    (skew.is_some(), "--max-peer-skew-ms"),
+                ];
+                if let Some((_, flag)) = stray.iter().find(|(set, _)| *set) {
+                    return Err(ConfigError(format!(
+                        "{flag} needs --zookeeper (or SNOWFLAKE_ZOOKEEPER)"
                     )));
                 }
             }
@@ -597,6 +851,13 @@ const FILE_KEYS: &[&str] = &[
     "lease_ttl_secs",
     "claim_timeout_secs",
     "advertise_addr",
+    "zookeeper",
+    "zookeeper_path",
+    "zookeeper_session_timeout_ms",
+    "max_peer_skew_ms",
+    "worker_id_from_hostname",
+    "hostname",
+    "worker_id_map",
 ];
 
 /// A config file larger than this is refused rather than read.
@@ -747,6 +1008,124 @@ fn parse_prefix(text: &str) -> Result<String, String> {
              letters, digits, `-`, `_`, `.`; at most 200 characters), found {shown:?}"
         ))
     }
+}
+
+/// `HOST:PORT[,HOST:PORT...]` of a ZooKeeper ensemble.
+fn parse_servers(text: &str) -> Result<Vec<String>, String> {
+    let mut servers = Vec::new();
+    for item in text.split(',').map(str::trim) {
+        let shown: String = item.chars().take(100).collect();
+        let valid = match item.rsplit_once(':') {
+            Some((host, port)) => {
+                !host.is_empty()
+                    && port.parse::<u16>().is_ok_and(|p| p > 0)
+                    && host
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b".-_[]:".contains(&b))
+            }
+            None => false,
+        };
+        if !valid {
+            return Err(format!(
+                "expected HOST:PORT[,HOST:PORT...] (e.g. 127.0.0.1:2181), found {shown:?}"
+            ));
+        }
+        if !servers.iter().any(|s| s == item) {
+            servers.push(item.to_owned());
+        }
+    }
+    if servers.len() > MAX_ETCD_ENDPOINTS {
+        return Err(format!(
+            "expected at most {MAX_ETCD_ENDPOINTS} servers, found {}",
+            servers.len()
+        ));
+    }
+    Ok(servers)
+}
+
+/// A host name: letters, digits, `-`, `.` and `_`, at most 253 characters.
+fn parse_hostname(text: &str) -> Result<String, String> {
+    let valid = !text.is_empty()
+        && text.len() <= 253
+        && text
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-._".contains(&b));
+    if valid {
+        Ok(text.to_owned())
+    } else {
+        Err(format!(
+            "expected a host name (letters, digits, `-`, `.`, `_`; at most 253 characters), found {:?}",
+            text.chars().take(100).collect::<String>()
+        ))
+    }
+}
+
+/// The machine's host name (`unknown` if it cannot be read).
+pub fn machine_hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_owned())
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "unknown".into())
+}
+
+/// The worker id at the end of a StatefulSet pod's host name: `snowflake-7` → 7.
+pub fn worker_from_ordinal(hostname: &str, layout: &Layout) -> Result<u64, String> {
+    let ordinal = hostname
+        .rsplit_once('-')
+        .map(|(_, tail)| tail)
+        .filter(|tail| {
+            !tail.is_empty() && tail.len() <= 20 && tail.bytes().all(|b| b.is_ascii_digit())
+        });
+    let Some(ordinal) = ordinal else {
+        return Err(format!(
+            "host name {hostname:?} does not end in -N (a StatefulSet ordinal, as in snowflake-7)"
+        ));
+    };
+    let max = layout.max_worker_id();
+    match ordinal.parse::<u64>() {
+        Ok(n) if n <= max => Ok(n),
+        _ => Err(format!(
+            "the ordinal {ordinal} of host name {hostname:?} is not a worker id: expected 0..={max}"
+        )),
+    }
+}
+
+/// The config file's `[worker_id_map]`: host name → worker id, no worker given twice.
+fn parse_worker_map(
+    value: &toml::Value,
+    layout: &Layout,
+) -> Result<std::collections::BTreeMap<String, u64>, String> {
+    let Some(table) = value.as_table() else {
+        return Err(format!(
+            "expected a table of host name = worker id, found a {}",
+            value.type_str()
+        ));
+    };
+    let max = layout.max_worker_id();
+    let mut map = std::collections::BTreeMap::new();
+    let mut by_worker: std::collections::BTreeMap<u64, &str> = std::collections::BTreeMap::new();
+    for (host, worker) in table {
+        parse_hostname(host)?;
+        let worker = match worker.as_integer() {
+            Some(w) if (0..=i64::try_from(max).unwrap_or(i64::MAX)).contains(&w) => {
+                u64::try_from(w).unwrap_or(0)
+            }
+            _ => {
+                return Err(format!(
+                    "worker id of {host:?}: expected 0..={max}, found {worker}"
+                ));
+            }
+        };
+        if let Some(other) = by_worker.insert(worker, host) {
+            return Err(format!(
+                "{other:?} and {host:?} both map to worker {worker}: two live processes must \
+                 never share a worker id"
+            ));
+        }
+        map.insert(host.clone(), worker);
+    }
+    Ok(map)
 }
 
 /// `HOST:PORT` other machines can reach this node at.

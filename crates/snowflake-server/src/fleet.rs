@@ -85,3 +85,85 @@ pub trait Coordinator: Send + Sync + fmt::Debug {
     /// The lease, for `/v1/info` and the metrics.
     fn info(&self) -> LeaseInfo;
 }
+
+/// Reads a pair's high-water mark as stored in a coordination service: JSON with
+/// `high_water_ms` (Unix ms), `epoch_ms`, and the writer's lease or session id under
+/// `writer_field`. Empty data means no mark yet (0). A mark written by a node with another epoch
+/// is refused: a fleet sharing one namespace must share one layout.
+pub fn parse_mark(
+    data: &[u8],
+    epoch_ms: u64,
+    writer_field: &str,
+) -> Result<(u64, Option<String>), String> {
+    if data.is_empty() {
+        return Ok((0, None));
+    }
+    let value: serde_json::Value = serde_json::from_slice(data).map_err(|e| {
+        format!(
+            "not JSON ({e}): {:?}",
+            String::from_utf8_lossy(data)
+                .chars()
+                .take(100)
+                .collect::<String>()
+        )
+    })?;
+    let shown: String = value.to_string().chars().take(200).collect();
+    let mark = value
+        .get("high_water_ms")
+        .and_then(serde_json::Value::as_u64)
+        .ok_or_else(|| format!("no whole-number high_water_ms in {shown}"))?;
+    let writer = value
+        .get(writer_field)
+        .and_then(serde_json::Value::as_str)
+        .map(str::to_owned);
+    match value.get("epoch_ms").map(serde_json::Value::as_u64) {
+        None => Ok((mark, writer)),
+        Some(Some(theirs)) if theirs == epoch_ms => Ok((mark, writer)),
+        Some(theirs) => Err(format!(
+            "it was written by a node using epoch {}, and this node uses {epoch_ms}: nodes \
+             sharing one fleet namespace must share one layout (--epoch-ms)",
+            theirs.map_or_else(|| "(not a number)".to_owned(), |e| e.to_string())
+        )),
+    }
+}
+
+/// The JSON of a pair's high-water mark, as [`parse_mark`] reads it.
+pub fn mark_json(mark_ms: u64, epoch_ms: u64, writer_field: &str, writer: &str) -> String {
+    let mut value = serde_json::json!({
+        "high_water_ms": mark_ms,
+        "time": snowflake_core::format_unix_ms(mark_ms),
+        "epoch_ms": epoch_ms,
+    });
+    value[writer_field] = serde_json::Value::String(writer.to_owned());
+    value.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{mark_json, parse_mark};
+
+    #[test]
+    fn marks_round_trip_and_bad_ones_are_explained() {
+        let json = mark_json(1_700_000_000_000, 1_288_834_974_657, "lease", "7f");
+        assert_eq!(
+            parse_mark(json.as_bytes(), 1_288_834_974_657, "lease"),
+            Ok((1_700_000_000_000, Some("7f".into())))
+        );
+        assert_eq!(parse_mark(b"", 0, "lease"), Ok((0, None)));
+        assert!(
+            parse_mark(b"garbage", 0, "lease")
+                .unwrap_err()
+                .contains("not JSON")
+        );
+        assert!(
+            parse_mark(b"{\"high_water_ms\":-1}", 0, "lease")
+                .unwrap_err()
+                .contains("high_water_ms")
+        );
+        assert!(
+            parse_mark(json.as_bytes(), 0, "lease")
+                .unwrap_err()
+                .contains("epoch 1288834974657")
+        );
+    }
+}

@@ -15,8 +15,9 @@ pub mod metrics;
 pub mod node;
 pub mod state;
 pub mod thrift;
+pub mod zookeeper;
 
-pub use config::{Config, ConfigError, EtcdConfig, LogFormat, ServeArgs};
+pub use config::{Config, ConfigError, EtcdConfig, LogFormat, ServeArgs, ZooKeeperConfig};
 pub use etcd::{ClaimError, EtcdLease, Holder};
 pub use node::{IssueError, Node, NotNow, Protocol};
 pub use state::StateError;

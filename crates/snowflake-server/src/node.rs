@@ -134,7 +134,8 @@ pub(crate) struct Snapshot {
 pub(crate) struct NodeShared {
     /// The one generator of this node.
     pub generator: Generator<Arc<dyn Clock>>,
-    /// Where the node's (datacenter, worker) pair came from: `static` or `etcd`.
+    /// Where the node's (datacenter, worker) pair came from: `static`, `hostname-map`,
+    /// `hostname-ordinal`, `etcd` or `zookeeper`.
     pub identity_source: &'static str,
     /// The coordination service that leased the pair, if any.
     pub coordinator: Option<Arc<dyn Coordinator>>,
@@ -197,7 +198,8 @@ pub struct Info {
     pub epoch_ms: u64,
     /// The node's clock now (Unix ms).
     pub timestamp_ms: u64,
-    /// Where the pair came from: `static` (configuration) or `etcd`.
+    /// Where the pair came from: `static`, `hostname-map`, `hostname-ordinal` (configuration),
+    /// `etcd` or `zookeeper`.
     pub identity_source: &'static str,
     /// The lease on the pair, when it comes from a coordination service.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -306,7 +308,9 @@ impl Node {
         };
         let shared = Arc::new(NodeShared {
             generator,
-            identity_source: coordinator.as_ref().map_or("static", |c| c.source()),
+            identity_source: coordinator
+                .as_ref()
+                .map_or(config.identity_source, |c| c.source()),
             coordinator,
             status: Mutex::new(Status {
                 phase,

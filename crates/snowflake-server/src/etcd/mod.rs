@@ -71,16 +71,12 @@ pub struct Holder {
 impl Holder {
     /// This process, with its listeners' addresses.
     pub fn this_process(
+        host: String,
         advertise_addr: Option<String>,
         addresses: Vec<String>,
         started_ms: u64,
         epoch_ms: u64,
     ) -> Holder {
-        let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-            .map(|h| h.trim().to_owned())
-            .ok()
-            .filter(|h| !h.is_empty())
-            .unwrap_or_else(|| "unknown".into());
         Holder {
             host,
             pid: std::process::id(),
@@ -586,13 +582,8 @@ impl EtcdLease {
             }
             (state.lease_id, state.ttl_secs)
         };
-        let value = serde_json::json!({
-            "high_water_ms": mark_ms,
-            "time": format_unix_ms(mark_ms),
-            "epoch_ms": self.epoch_ms,
-            "lease": format!("{lease_id:x}"),
-        })
-        .to_string();
+        let value =
+            crate::fleet::mark_json(mark_ms, self.epoch_ms, "lease", &format!("{lease_id:x}"));
         let request = pb::TxnRequest {
             compare: vec![pb::Compare {
                 result: pb::compare::CompareResult::Equal as i32,
@@ -764,37 +755,11 @@ async fn try_claim(
     }
 }
 
-/// The mark's `high_water_ms` (0 when there is no mark yet) and the lease (hex) that wrote it.
-/// A mark written by a node with another epoch is refused: a fleet sharing a prefix must share
-/// one layout.
+/// The mark's `high_water_ms` and the lease (hex) that wrote it; see [`fleet::parse_mark`].
 fn parse_mark(kv: Option<&pb::KeyValue>, epoch_ms: u64) -> Result<(u64, Option<String>), String> {
-    let Some(kv) = kv else { return Ok((0, None)) };
-    let value: serde_json::Value = serde_json::from_slice(&kv.value).map_err(|e| {
-        format!(
-            "not JSON ({e}): {:?}",
-            String::from_utf8_lossy(&kv.value)
-                .chars()
-                .take(100)
-                .collect::<String>()
-        )
-    })?;
-    let shown: String = value.to_string().chars().take(200).collect();
-    let mark = value
-        .get("high_water_ms")
-        .and_then(serde_json::Value::as_u64)
-        .ok_or_else(|| format!("no whole-number high_water_ms in {shown}"))?;
-    let writer = value
-        .get("lease")
-        .and_then(serde_json::Value::as_str)
-        .map(str::to_owned);
-    match value.get("epoch_ms").map(serde_json::Value::as_u64) {
-        None => Ok((mark, writer)),
-        Some(Some(theirs)) if theirs == epoch_ms => Ok((mark, writer)),
-        Some(theirs) => Err(format!(
-            "it was written by a node using epoch {}, and this node uses {epoch_ms}: nodes \
-             sharing an etcd prefix must share one layout (--epoch-ms)",
-            theirs.map_or_else(|| "(not a number)".to_owned(), |e| e.to_string())
-        )),
+    match kv {
+        Some(kv) => crate::fleet::parse_mark(&kv.value, epoch_ms, "lease"),
+        None => Ok((0, None)),
     }
 }
 
