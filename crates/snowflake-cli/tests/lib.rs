@@ -6,3 +6,4 @@ mod etcd_cluster;
 mod fleet;
 mod serve;
 mod support;
+mod zookeeper_server;
