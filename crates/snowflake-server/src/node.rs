@@ -232,6 +232,9 @@ pub struct Node {
     request_timeout: Duration,
     /// Serializes reservations (the keeper's and on-demand ones after a forward clock jump).
     reserving: tokio::sync::Mutex<()>,
+    /// The coordinator's fence, subscribed when the node was built so that no change is
+    /// missed before the keeper runs; the keeper takes it.
+    fence: Mutex<Option<watch::Receiver<Fence>>>,
     /// The locked state directory; shared with the blocking threads that write it.
     state: Arc<StateDir>,
     metrics: Metrics,
@@ -255,7 +258,8 @@ impl Node {
         let layout = config.layout;
         let state = StateDir::open(&config.state_dir)?;
         let mut mark = state.load(config.datacenter_id, config.worker_id, layout.epoch_ms())?;
-        let fence = coordinator.as_ref().map(|c| c.fence().borrow().clone());
+        let mut fence_rx = coordinator.as_ref().map(|c| c.fence());
+        let fence = fence_rx.as_mut().map(|f| f.borrow_and_update().clone());
         if let Some(Fence::Held { floor_ms, .. }) = fence
             && mark.as_ref().is_none_or(|m| m.high_water_ms < floor_ms)
             && floor_ms > 0
@@ -328,6 +332,7 @@ impl Node {
             max_backwards_wait_ms: config.max_backwards_wait_ms,
             reserve_ms: config.reserve_ms,
             reserving: tokio::sync::Mutex::new(()),
+            fence: Mutex::new(fence_rx),
             request_timeout: config.request_timeout,
             state: Arc::new(state),
         }))
@@ -539,65 +544,92 @@ impl Node {
             }
         }
         self.tick().await;
+        // The fence may have changed while the first reservation was written; the keeper
+        // applies later changes.
+        let current = self
+            .fence
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner())
+            .as_ref()
+            .map(|f| f.borrow().clone());
+        if let Some(current) = current {
+            self.apply_fence(&current);
+        }
     }
 
     /// The keeper, run until `shutdown` flips: opens a waiting node once its clock passes the
-    /// mark, and keeps the persisted reservation ahead of the clock.
-    pub async fn keep(self: Arc<Self>, mut shutdown: watch::Receiver<bool>) {
-        enum Wake {
-            Tick,
-            FenceChanged { sender_alive: bool },
-            FenceExpired,
-            Stop,
-        }
+    /// mark, keeps the persisted reservation ahead of the clock, and (in a fleet) applies the
+    /// coordination service's fence. The two run side by side, so a slow reservation write
+    /// never delays closing the node when the lease is lost.
+    pub async fn keep(self: Arc<Self>, shutdown: watch::Receiver<bool>) {
+        let fence = self
+            .fence
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner())
+            .take();
+        tokio::join!(
+            self.keep_reserving(shutdown.clone()),
+            self.keep_fence(fence, shutdown)
+        );
+    }
+
+    async fn keep_reserving(&self, mut shutdown: watch::Receiver<bool>) {
         let period = Duration::from_millis((self.reserve_ms / 4).clamp(5, 1000));
         let mut tick = tokio::time::interval_at(Instant::now() + period, period);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let mut fence = self.shared.coordinator.as_ref().map(|c| c.fence());
         loop {
-            // The keeper also closes the node the instant the fence runs out, on the monotonic
-            // clock: the wall-clock issue limit already stops it then, and this also covers a
-            // wall clock stepped backwards.
-            let expiry = fence.as_ref().and_then(|f| match &*f.borrow() {
-                Fence::Held { until, .. } if *until > std::time::Instant::now() => Some(*until),
-                _ => None,
-            });
-            let changed = async {
-                match fence.as_mut() {
-                    Some(f) => f.changed().await.is_ok(),
-                    None => std::future::pending().await,
-                }
-            };
-            let expired = async {
-                match expiry {
-                    Some(until) => tokio::time::sleep_until(Instant::from_std(until)).await,
-                    None => std::future::pending().await,
-                }
-            };
-            let wake = tokio::select! {
-                _ = tick.tick() => Wake::Tick,
-                sender_alive = changed => Wake::FenceChanged { sender_alive },
-                () = expired => Wake::FenceExpired,
+            tokio::select! {
+                _ = tick.tick() => self.tick().await,
                 // The only change ever sent is `true`; a dropped sender means stop too.
-                _ = shutdown.changed() => Wake::Stop,
+                _ = shutdown.changed() => return,
+            }
+        }
+    }
+
+    /// Applies every change of the fence at once, and closes the node the instant a deadline
+    /// passes on the monotonic clock (the wall-clock issue limit already stops it then; this
+    /// also covers a wall clock stepped backwards).
+    async fn keep_fence(
+        &self,
+        fence: Option<watch::Receiver<Fence>>,
+        mut shutdown: watch::Receiver<bool>,
+    ) {
+        let Some(mut fence) = fence else { return };
+        // Whatever changed since the node was built.
+        let current = fence.borrow_and_update().clone();
+        self.apply_fence(&current);
+        // The deadline whose passing was already applied.
+        let mut expired: Option<std::time::Instant> = None;
+        loop {
+            let expiry = match &*fence.borrow() {
+                Fence::Held { until, .. } if Some(*until) != expired => Some(*until),
+                _ => None,
             };
-            match wake {
-                Wake::Tick => self.tick().await,
-                Wake::FenceChanged { sender_alive: true } | Wake::FenceExpired => {
-                    let current = fence.as_mut().map(|f| f.borrow_and_update().clone());
-                    if let Some(current) = current {
+            tokio::select! {
+                changed = fence.changed() => match changed {
+                    Ok(()) => {
+                        let current = fence.borrow_and_update().clone();
                         self.apply_fence(&current);
                     }
-                }
-                Wake::FenceChanged {
-                    sender_alive: false,
+                    // The coordinator is gone: nothing will renew the fence any more.
+                    Err(_) => {
+                        self.apply_fence(&Fence::Lost {
+                            reason: "the lease keeper stopped".into(),
+                        });
+                        return;
+                    }
+                },
+                () = async {
+                    match expiry {
+                        Some(until) => tokio::time::sleep_until(Instant::from_std(until)).await,
+                        None => std::future::pending().await,
+                    }
                 } => {
-                    self.apply_fence(&Fence::Lost {
-                        reason: "the lease keeper stopped".into(),
-                    });
-                    fence = None;
+                    let current = fence.borrow().clone();
+                    self.apply_fence(&current);
+                    expired = expiry;
                 }
-                Wake::Stop => return,
+                _ = shutdown.changed() => return,
             }
         }
     }

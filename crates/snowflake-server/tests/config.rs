@@ -267,3 +267,467 @@ fn worker_threads_default_to_the_cpus_and_are_checked() {
         "{got}"
     );
 }
+
+fn etcd_args(endpoints: &str) -> ServeArgs {
+    ServeArgs {
+        etcd_endpoints: Some(endpoints.into()),
+        ..ServeArgs::default()
+    }
+}
+
+fn endpoints_of(text: &str) -> Vec<String> {
+    Config::resolve(&etcd_args(text), None)
+        .unwrap_or_else(|e| panic!("{text:?}: {e}"))
+        .etcd
+        .expect("etcd on")
+        .endpoints
+}
+
+#[test]
+fn etcd_is_off_by_default_and_has_defaults_once_on() {
+    let config = Config::resolve(&ServeArgs::default(), None).unwrap();
+    assert_eq!(config.etcd, None);
+    assert_eq!(config.advertise_addr, None);
+    assert!(!config.worker_id_given);
+
+    let config = Config::resolve(&etcd_args("127.0.0.1:2379"), None).unwrap();
+    let etcd = config.etcd.expect("etcd on");
+    assert_eq!(etcd.endpoints, ["http://127.0.0.1:2379"]);
+    assert_eq!(etcd.prefix, "/snowflake");
+    assert_eq!(etcd.lease_ttl_secs, 10);
+    assert_eq!(etcd.claim_timeout, Duration::from_secs(12));
+    assert!(!config.worker_id_given);
+    assert_eq!(config.advertise_addr, None);
+
+    // The claim timeout follows the TTL unless given.
+    let mut args = etcd_args("127.0.0.1:2379");
+    args.lease_ttl_secs = Some("30".into());
+    let etcd = Config::resolve(&args, None).unwrap().etcd.unwrap();
+    assert_eq!(
+        (etcd.lease_ttl_secs, etcd.claim_timeout),
+        (30, Duration::from_secs(32))
+    );
+    args.claim_timeout_secs = Some("0".into());
+    let etcd = Config::resolve(&args, None).unwrap().etcd.unwrap();
+    assert_eq!(etcd.claim_timeout, Duration::ZERO);
+    args.claim_timeout_secs = Some("3600".into());
+    let etcd = Config::resolve(&args, None).unwrap().etcd.unwrap();
+    assert_eq!(etcd.claim_timeout, Duration::from_secs(3600));
+    args.lease_ttl_secs = Some("2".into());
+    assert_eq!(
+        Config::resolve(&args, None)
+            .unwrap()
+            .etcd
+            .unwrap()
+            .lease_ttl_secs,
+        2
+    );
+    args.lease_ttl_secs = Some("300".into());
+    assert_eq!(
+        Config::resolve(&args, None)
+            .unwrap()
+            .etcd
+            .unwrap()
+            .lease_ttl_secs,
+        300
+    );
+}
+
+#[test]
+fn etcd_endpoints_are_normalized_to_http_urls() {
+    assert_eq!(endpoints_of("10.0.0.1:2379"), ["http://10.0.0.1:2379"]);
+    assert_eq!(
+        endpoints_of("http://10.0.0.1:2379"),
+        ["http://10.0.0.1:2379"]
+    );
+    assert_eq!(
+        endpoints_of("http://10.0.0.1:2379/"),
+        ["http://10.0.0.1:2379"]
+    );
+    assert_eq!(endpoints_of("[::1]:2379"), ["http://[::1]:2379"]);
+    assert_eq!(
+        endpoints_of("etcd-1.internal:2379, http://etcd-2.internal:2379 ,etcd_3:22379"),
+        [
+            "http://etcd-1.internal:2379",
+            "http://etcd-2.internal:2379",
+            "http://etcd_3:22379"
+        ]
+    );
+    // Duplicates, however spelled, are removed; the first occurrence keeps its place.
+    assert_eq!(
+        endpoints_of("b:2379,a:2379,http://b:2379,b:2379/,a:2379"),
+        ["http://b:2379", "http://a:2379"]
+    );
+    let many: Vec<String> = (1..=32).map(|i| format!("10.0.0.{i}:2379")).collect();
+    assert_eq!(endpoints_of(&many.join(",")).len(), 32);
+    let too_many: Vec<String> = (1..=33).map(|i| format!("10.0.0.{i}:2379")).collect();
+    let got = err(&etcd_args(&too_many.join(",")));
+    assert!(
+        got.contains("expected at most 32 endpoints, found 33"),
+        "{got}"
+    );
+}
+
+#[test]
+fn bad_etcd_endpoints_are_explained() {
+    let name = "invalid --etcd-endpoints (or SNOWFLAKE_ETCD_ENDPOINTS): ";
+    let cases: [(&str, &str); 14] = [
+        ("https://10.0.0.1:2379", "TLS to etcd is not supported"),
+        ("a:2379,https://b:2379", "TLS to etcd is not supported"),
+        ("", "found an empty entry"),
+        ("a:2379,,b:2379", "found an empty entry"),
+        ("a:2379,", "found an empty entry"),
+        (" , ", "found an empty entry"),
+        ("10.0.0.1", "expected http://HOST:PORT"),
+        ("10.0.0.1:0", "expected http://HOST:PORT"),
+        ("10.0.0.1:65536", "expected http://HOST:PORT"),
+        ("10.0.0.1:port", "expected http://HOST:PORT"),
+        ("10.0.0.1:-1", "expected http://HOST:PORT"),
+        (":2379", "expected http://HOST:PORT"),
+        ("grpc://10.0.0.1:2379", "expected http://HOST:PORT"),
+        ("http://10.0.0.1:2379/v3", "expected http://HOST:PORT"),
+    ];
+    for (text, message) in cases {
+        let got = err(&etcd_args(text));
+        assert!(
+            got.starts_with(name) && got.contains(message),
+            "{text:?}: {got:?} lacks {message:?}"
+        );
+        assert_eq!(got.lines().count(), 1, "{got:?}");
+    }
+    let got = err(&etcd_args("https://10.0.0.1:2379"));
+    assert!(got.contains("\"https://10.0.0.1:2379\""), "{got}");
+    // User input echoed in an error is cut short.
+    let long = format!("{}:2379", "x".repeat(1000));
+    let got = err(&etcd_args(&format!("{long},a b:1")));
+    assert!(got.len() < 400, "{got}");
+}
+
+#[test]
+fn lease_ttl_and_claim_timeout_are_range_checked() {
+    for (ttl, found) in [("1", "found 1"), ("301", "found 301"), ("0", "found 0")] {
+        let mut args = etcd_args("127.0.0.1:2379");
+        args.lease_ttl_secs = Some(ttl.into());
+        let got = err(&args);
+        assert!(
+            got.contains(
+                "invalid --lease-ttl-secs (or SNOWFLAKE_LEASE_TTL_SECS): expected 2..=300"
+            ) && got.contains(found),
+            "{got}"
+        );
+    }
+    let mut args = etcd_args("127.0.0.1:2379");
+    args.lease_ttl_secs = Some("ten".into());
+    assert!(err(&args).contains("expected a whole number in 2..=300, found \"ten\""));
+    let mut args = etcd_args("127.0.0.1:2379");
+    args.claim_timeout_secs = Some("3601".into());
+    let got = err(&args);
+    assert!(
+        got.contains(
+            "invalid --claim-timeout-secs (or SNOWFLAKE_CLAIM_TIMEOUT_SECS): expected 0..=3600, found 3601"
+        ),
+        "{got}"
+    );
+}
+
+#[test]
+fn etcd_settings_without_etcd_endpoints_are_refused() {
+    let cases = [
+        (
+            ServeArgs {
+                etcd_prefix: Some("/prod".into()),
+                ..ServeArgs::default()
+            },
+            "--etcd-prefix needs --etcd-endpoints",
+        ),
+        (
+            ServeArgs {
+                lease_ttl_secs: Some("10".into()),
+                ..ServeArgs::default()
+            },
+            "--lease-ttl-secs needs --etcd-endpoints",
+        ),
+        (
+            ServeArgs {
+                claim_timeout_secs: Some("5".into()),
+                ..ServeArgs::default()
+            },
+            "--claim-timeout-secs needs --etcd-endpoints",
+        ),
+    ];
+    for (args, message) in cases {
+        let got = err(&args);
+        assert!(got.contains(message), "{got:?} lacks {message:?}");
+        assert_eq!(got.lines().count(), 1);
+    }
+    // Still range-checked first: the more precise error wins.
+    let got = err(&ServeArgs {
+        lease_ttl_secs: Some("1".into()),
+        ..ServeArgs::default()
+    });
+    assert!(got.contains("expected 2..=300, found 1"), "{got}");
+}
+
+#[test]
+fn etcd_prefixes_are_checked_and_lose_a_trailing_slash() {
+    let prefix_of = |text: &str| {
+        let mut args = etcd_args("127.0.0.1:2379");
+        args.etcd_prefix = Some(text.into());
+        Config::resolve(&args, None).map(|c| c.etcd.unwrap().prefix)
+    };
+    assert_eq!(prefix_of("/snowflake").unwrap(), "/snowflake");
+    assert_eq!(prefix_of("/snowflake/").unwrap(), "/snowflake");
+    assert_eq!(prefix_of("/prod/ids-2.v1_x").unwrap(), "/prod/ids-2.v1_x");
+    assert_eq!(prefix_of("/prod/ids/").unwrap(), "/prod/ids");
+    for bad in [
+        "snowflake",
+        "snowflake/",
+        "/a//b",
+        "/a b",
+        "/",
+        "",
+        "//",
+        "/a/b//",
+        "/é",
+        "/a\nb",
+    ] {
+        let got = prefix_of(bad).unwrap_err().to_string();
+        assert!(
+            got.starts_with("invalid --etcd-prefix (or SNOWFLAKE_ETCD_PREFIX): ")
+                && got.contains("expected a key prefix like /snowflake"),
+            "{bad:?}: {got}"
+        );
+        assert_eq!(got.lines().count(), 1, "{bad:?}: {got:?}");
+    }
+    let long = format!("/{}", "a".repeat(200));
+    assert!(prefix_of(&long).is_err());
+    assert_eq!(prefix_of(&long[..200]).unwrap(), &long[..200]);
+}
+
+#[test]
+fn worker_id_given_only_when_the_worker_id_is_given() {
+    let mut args = etcd_args("127.0.0.1:2379");
+    assert!(!Config::resolve(&args, None).unwrap().worker_id_given);
+    args.datacenter_id = Some("3".into());
+    assert!(!Config::resolve(&args, None).unwrap().worker_id_given);
+    args.worker_id = Some("0".into());
+    let config = Config::resolve(&args, None).unwrap();
+    assert!(config.worker_id_given, "even the default value, when given");
+    assert_eq!((config.datacenter_id, config.worker_id), (3, 0));
+
+    let toml = file("worker_id = 5\n");
+    let from_file = Config::resolve(
+        &ServeArgs {
+            config: Some(toml.path().to_owned()),
+            ..ServeArgs::default()
+        },
+        None,
+    )
+    .unwrap();
+    assert!(from_file.worker_id_given);
+    assert_eq!(from_file.worker_id, 5);
+    let toml = file("datacenter_id = 5\n");
+    let without = Config::resolve(
+        &ServeArgs {
+            config: Some(toml.path().to_owned()),
+            ..ServeArgs::default()
+        },
+        None,
+    )
+    .unwrap();
+    assert!(!without.worker_id_given);
+}
+
+/// Set in the child process that [`settings_from_the_environment`] starts.
+const CHILD: &str = "SNOWFLAKE_CONFIG_TEST_CHILD";
+
+#[derive(clap::Parser)]
+struct Cli {
+    #[command(flatten)]
+    serve: ServeArgs,
+}
+
+/// The environment variables are read by clap into the same fields as the flags; this runs in a
+/// child process so that setting them cannot race the other tests' threads.
+#[test]
+fn settings_from_the_environment() {
+    use clap::Parser;
+    if std::env::var_os(CHILD).is_none() {
+        let mut child = std::process::Command::new(std::env::current_exe().unwrap());
+        // Only the variables set here: none inherited from whoever runs the tests.
+        for (name, _) in std::env::vars_os() {
+            if name.to_string_lossy().starts_with("SNOWFLAKE_") {
+                child.env_remove(name);
+            }
+        }
+        let output = child
+            .args([
+                "--exact",
+                "config::settings_from_the_environment",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(CHILD, "1")
+            .env("SNOWFLAKE_WORKER_ID", "4")
+            .env("SNOWFLAKE_ETCD_ENDPOINTS", "10.0.0.1:2379,10.0.0.2:2379")
+            .env("SNOWFLAKE_ETCD_PREFIX", "/env/")
+            .env("SNOWFLAKE_LEASE_TTL_SECS", "5")
+            .env("SNOWFLAKE_ADVERTISE_ADDR", "ids-4.internal:7609")
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        assert!(
+            output.status.success() && stdout.contains("1 passed"),
+            "{stdout}\n{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        return;
+    }
+    let cli = Cli::try_parse_from(["snowflake"]).unwrap();
+    let config = Config::resolve(&cli.serve, None).unwrap();
+    assert!(config.worker_id_given);
+    assert_eq!(config.worker_id, 4);
+    let etcd = config.etcd.unwrap();
+    assert_eq!(
+        etcd.endpoints,
+        ["http://10.0.0.1:2379", "http://10.0.0.2:2379"]
+    );
+    assert_eq!(etcd.prefix, "/env");
+    assert_eq!(
+        (etcd.lease_ttl_secs, etcd.claim_timeout),
+        (5, Duration::from_secs(7))
+    );
+    assert_eq!(
+        config.advertise_addr.as_deref(),
+        Some("ids-4.internal:7609")
+    );
+    // A flag overrides its variable.
+    let cli = Cli::try_parse_from(["snowflake", "--lease-ttl-secs", "1"]).unwrap();
+    let got = err(&cli.serve);
+    assert!(
+        got.contains(
+            "invalid --lease-ttl-secs (or SNOWFLAKE_LEASE_TTL_SECS): expected 2..=300, found 1"
+        ),
+        "{got}"
+    );
+}
+
+#[test]
+fn etcd_settings_from_the_config_file() {
+    let toml = file(
+        "etcd_endpoints = \"10.0.0.1:2379, http://10.0.0.2:2379\"\netcd_prefix = \"/prod/ids/\"\n\
+         lease_ttl_secs = 20\nclaim_timeout_secs = 5\nadvertise_addr = \"ids-3.internal:7609\"\n\
+         worker_id = 3\n",
+    );
+    let mut args = ServeArgs {
+        config: Some(toml.path().to_owned()),
+        ..ServeArgs::default()
+    };
+    let config = Config::resolve(&args, None).unwrap();
+    let etcd = config.etcd.clone().unwrap();
+    assert_eq!(
+        etcd.endpoints,
+        ["http://10.0.0.1:2379", "http://10.0.0.2:2379"]
+    );
+    assert_eq!(etcd.prefix, "/prod/ids");
+    assert_eq!(etcd.lease_ttl_secs, 20);
+    assert_eq!(etcd.claim_timeout, Duration::from_secs(5));
+    assert_eq!(
+        config.advertise_addr.as_deref(),
+        Some("ids-3.internal:7609")
+    );
+    assert!(config.worker_id_given);
+    assert_eq!(config.worker_id, 3);
+
+    // Flags override the file.
+    args.etcd_endpoints = Some("10.0.0.9:2379".into());
+    args.lease_ttl_secs = Some("60".into());
+    let etcd = Config::resolve(&args, None).unwrap().etcd.unwrap();
+    assert_eq!(etcd.endpoints, ["http://10.0.0.9:2379"]);
+    assert_eq!(
+        (etcd.lease_ttl_secs, etcd.prefix.as_str()),
+        (60, "/prod/ids")
+    );
+
+    let shown = |contents: &str| {
+        let toml = file(contents);
+        let got = err(&ServeArgs {
+            config: Some(toml.path().to_owned()),
+            ..ServeArgs::default()
+        });
+        (got, toml.path().display().to_string())
+    };
+    let (got, path) = shown("etcd_endpoints = \"https://10.0.0.1:2379\"\n");
+    assert!(
+        got.contains(&format!("invalid etcd_endpoints in {path}"))
+            && got.contains("TLS to etcd is not supported"),
+        "{got}"
+    );
+    let (got, path) = shown("etcd_endpoints = \"10.0.0.1:2379\"\nlease_ttl_secs = 1\n");
+    assert!(
+        got.contains(&format!(
+            "invalid lease_ttl_secs in {path}: expected 2..=300, found 1"
+        )),
+        "{got}"
+    );
+    let (got, path) = shown("etcd_endpoints = \"10.0.0.1:2379\"\netcd_prefix = \"x\"\n");
+    assert!(
+        got.contains(&format!("invalid etcd_prefix in {path}")),
+        "{got}"
+    );
+    let (got, path) = shown("advertise_addr = \"nowhere\"\n");
+    assert!(
+        got.contains(&format!("invalid advertise_addr in {path}")),
+        "{got}"
+    );
+    let (got, _) = shown("etcd_prefix = \"/x\"\n");
+    assert!(got.contains("needs --etcd-endpoints"), "{got}");
+    let (got, _) = shown("etcd_endpoints = [\"10.0.0.1:2379\"]\n");
+    assert!(got.contains("invalid etcd_endpoints in"), "{got}");
+}
+
+#[test]
+fn advertise_addr_is_host_and_port() {
+    let advertised = |text: &str| {
+        Config::resolve(
+            &ServeArgs {
+                advertise_addr: Some(text.into()),
+                ..ServeArgs::default()
+            },
+            None,
+        )
+        .map(|c| c.advertise_addr)
+    };
+    for good in [
+        "10.0.0.7:7609",
+        "ids-3.internal:7609",
+        "[::1]:7609",
+        "localhost:1",
+        "a:65535",
+    ] {
+        assert_eq!(advertised(good).unwrap().as_deref(), Some(good));
+    }
+    for bad in [
+        "10.0.0.7",
+        ":7609",
+        "host:0",
+        "host:65536",
+        "host:port",
+        "host:",
+        "",
+        "a b:1",
+        "http://host:1",
+        "host/x:1",
+    ] {
+        let got = advertised(bad).unwrap_err().to_string();
+        assert!(
+            got.starts_with("invalid --advertise-addr (or SNOWFLAKE_ADVERTISE_ADDR): ")
+                && got.contains("expected HOST:PORT"),
+            "{bad:?}: {got}"
+        );
+    }
+    let long = format!("{}:1", "h".repeat(254));
+    assert!(advertised(&long).is_err());
+    let longest = format!("{}:1", "h".repeat(253));
+    assert!(advertised(&longest).is_ok());
+}

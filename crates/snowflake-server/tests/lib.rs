@@ -1,6 +1,7 @@
 //! In-process tests of the service: the real server on 127.0.0.1:0, driven by a manual clock.
 
 mod config;
+mod fleet;
 mod grpc;
 mod http_api;
 mod mixed;

@@ -6,6 +6,7 @@ use hyper::StatusCode;
 use hyper::header::HeaderMap;
 use hyper_util::rt::TokioIo;
 use snowflake_core::{Clock, ManualClock};
+use snowflake_server::fleet::Coordinator;
 use snowflake_server::{Config, Listeners, Node, RunError};
 use std::net::SocketAddr;
 use std::path::Path;
@@ -48,8 +49,29 @@ impl Drop for TestServer {
 
 impl TestServer {
     pub async fn start(config: Config, clock: ManualClock) -> TestServer {
-        let node =
-            Node::new(&config, Arc::new(clock.clone()) as Arc<dyn Clock>).expect("node starts");
+        TestServer::start_with(config, clock, None).await
+    }
+
+    /// [`TestServer::start`] for a node whose pair is leased from `coordinator`.
+    pub async fn start_with_coordinator(
+        config: Config,
+        clock: ManualClock,
+        coordinator: Arc<dyn Coordinator>,
+    ) -> TestServer {
+        TestServer::start_with(config, clock, Some(coordinator)).await
+    }
+
+    async fn start_with(
+        config: Config,
+        clock: ManualClock,
+        coordinator: Option<Arc<dyn Coordinator>>,
+    ) -> TestServer {
+        let node = Node::with_coordinator(
+            &config,
+            Arc::new(clock.clone()) as Arc<dyn Clock>,
+            coordinator,
+        )
+        .expect("node starts");
         let listeners = Listeners::bind(&config).await.expect("binds");
         let addr = listeners.http_addr().expect("http on");
         let thrift_addr = listeners.thrift_addr();
