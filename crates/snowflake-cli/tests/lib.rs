@@ -1,9 +1,11 @@
 //! One test binary for the `snowflake` command: the CLI subcommands, `snowflake serve` run as a
-//! real process, and fleets of them leasing worker ids from a real etcd.
+//! real process, and fleets of them leasing worker ids from a real etcd or registering them in a
+//! real ZooKeeper.
 
 mod cli;
 mod etcd_cluster;
 mod fleet;
 mod serve;
 mod support;
+mod zookeeper_fleet;
 mod zookeeper_server;

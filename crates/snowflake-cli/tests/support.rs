@@ -186,7 +186,12 @@ impl Serve {
 
 /// The address in a `http listening addr=IP:PORT` log line.
 fn listening_addr(line: &str) -> Option<SocketAddr> {
-    if !line.contains("http listening") {
+    logged_addr(line, "http listening")
+}
+
+/// The address in a `<message> addr=IP:PORT` log line.
+fn logged_addr(line: &str, message: &str) -> Option<SocketAddr> {
+    if !line.contains(message) {
         return None;
     }
     let rest = &line[line.find("addr=")? + "addr=".len()..];
@@ -227,6 +232,27 @@ impl ServeProcess {
     /// Everything the process wrote to stderr so far.
     pub fn stderr(&self) -> String {
         self.captured.lock().unwrap().clone()
+    }
+
+    /// The bound Thrift address, from the `thrift listening addr=IP:PORT` line (logged right
+    /// after the HTTP one); waits for it at most [`START_TIMEOUT`].
+    pub fn thrift_addr(&self) -> SocketAddr {
+        let deadline = Instant::now() + START_TIMEOUT;
+        loop {
+            let logged = self
+                .stderr()
+                .lines()
+                .find_map(|line| logged_addr(line, "thrift listening"));
+            if let Some(addr) = logged {
+                return addr;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no `thrift listening` line within {START_TIMEOUT:?}; stderr:\n{}",
+                self.stderr()
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
     }
 
     /// Sends a signal by name (`TERM`, `INT`, `KILL`) with `kill(1)`.

@@ -632,7 +632,7 @@ impl ZooKeeperRegistration {
                 }
             };
             let client = connected.client;
-            match try_register(
+            let mut attempt = try_register(
                 &client,
                 &self.node_path,
                 &self.mark_path,
@@ -640,8 +640,30 @@ impl ZooKeeperRegistration {
                 self.epoch_ms,
                 timeout,
             )
-            .await
+            .await;
+            if let Ok(Ok(Attempt::HeldBy { owner, .. })) = &attempt
+                && *owner == previous
             {
+                // Our own previous session's znode: the client gave that session up before the
+                // server expired it. Nobody else can hold it, and that session writes nothing
+                // any more (the registration is marked lost), so take the znode over.
+                tracing::info!(znode = %self.node_path, old_session = %previous, "the previous session's znode is still there; replacing it");
+                match bounded(timeout, client.delete(&self.node_path, None)).await {
+                    Ok(()) | Err(CallError::Zk(zk::Error::NoNode)) => {
+                        attempt = try_register(
+                            &client,
+                            &self.node_path,
+                            &self.mark_path,
+                            &self.data,
+                            self.epoch_ms,
+                            timeout,
+                        )
+                        .await;
+                    }
+                    Err(err) => attempt = Err(err.to_string()),
+                }
+            }
+            match attempt {
                 Ok(Ok(Attempt::Registered { floor_ms, writer })) => {
                     let session_timeout = client.session_timeout();
                     let until = connected.sent + session_timeout - margin(session_timeout);
@@ -666,7 +688,7 @@ impl ZooKeeperRegistration {
                     self.fence.send_replace(Fence::Held { until, floor_ms });
                     return Ok(());
                 }
-                Ok(Ok(Attempt::HeldBy { holder, owner })) if owner != "0" => {
+                Ok(Ok(Attempt::HeldBy { holder, owner })) if owner != "0" && owner != previous => {
                     return Err(format!(
                         "lost worker {} to another node while the ZooKeeper session was gone: \
                          {holder} (session {owner}, {}); this node can never serve it again, so \
