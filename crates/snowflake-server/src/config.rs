@@ -1074,9 +1074,7 @@ pub fn worker_from_ordinal(hostname: &str, layout: &Layout) -> Result<u64, Strin
     let ordinal = hostname
         .rsplit_once('-')
         .map(|(_, tail)| tail)
-        .filter(|tail| {
-            !tail.is_empty() && tail.len() <= 20 && tail.bytes().all(|b| b.is_ascii_digit())
-        });
+        .filter(|tail| !tail.is_empty() && tail.bytes().all(|b| b.is_ascii_digit()));
     let Some(ordinal) = ordinal else {
         return Err(format!(
             "host name {hostname:?} does not end in -N (a StatefulSet ordinal, as in snowflake-7)"

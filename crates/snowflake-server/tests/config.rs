@@ -731,3 +731,200 @@ fn advertise_addr_is_host_and_port() {
     let longest = format!("{}:1", "h".repeat(253));
     assert!(advertised(&longest).is_ok());
 }
+
+fn zk_args(servers: &str) -> ServeArgs {
+    ServeArgs {
+        zookeeper: Some(servers.into()),
+        ..ServeArgs::default()
+    }
+}
+
+#[test]
+fn zookeeper_is_off_by_default_and_has_the_2010_defaults_once_on() {
+    let config = Config::resolve(&ServeArgs::default(), None).unwrap();
+    assert!(config.zookeeper.is_none());
+    assert_eq!(config.identity_source, "static");
+    let config =
+        Config::resolve(&zk_args("127.0.0.1:2181, zk2:2181,127.0.0.1:2181"), None).unwrap();
+    let zk = config.zookeeper.unwrap();
+    assert_eq!(zk.servers, ["127.0.0.1:2181", "zk2:2181"]);
+    assert_eq!(zk.path, "/snowflake-servers");
+    assert_eq!(zk.marks_path(), "/snowflake-servers-marks");
+    assert_eq!(zk.session_timeout, Duration::from_secs(10));
+    assert_eq!(zk.claim_timeout, Duration::from_secs(12));
+    assert_eq!(zk.max_peer_skew_ms, 10_000);
+
+    let args = ServeArgs {
+        zookeeper_path: Some("/ids/dc2/".into()),
+        zookeeper_session_timeout_ms: Some("4000".into()),
+        max_peer_skew_ms: Some("0".into()),
+        claim_timeout_secs: Some("3".into()),
+        ..zk_args("zk:2181")
+    };
+    let zk = Config::resolve(&args, None).unwrap().zookeeper.unwrap();
+    assert_eq!(zk.path, "/ids/dc2");
+    assert_eq!(zk.session_timeout, Duration::from_millis(4000));
+    assert_eq!(zk.max_peer_skew_ms, 0);
+    assert_eq!(zk.claim_timeout, Duration::from_secs(3));
+}
+
+#[test]
+fn bad_zookeeper_settings_are_explained() {
+    for (args, needles) in [
+        (zk_args("zk"), vec!["--zookeeper", "HOST:PORT", "\"zk\""]),
+        (zk_args("zk:0"), vec!["--zookeeper", "\"zk:0\""]),
+        (zk_args("zk:2181,"), vec!["--zookeeper", "HOST:PORT"]),
+        (
+            ServeArgs {
+                zookeeper_session_timeout_ms: Some("999".into()),
+                ..zk_args("zk:2181")
+            },
+            vec!["--zookeeper-session-timeout-ms", "1000..=120000", "999"],
+        ),
+        (
+            ServeArgs {
+                zookeeper_path: Some("servers".into()),
+                ..zk_args("zk:2181")
+            },
+            vec!["--zookeeper-path", "\"servers\""],
+        ),
+        (
+            ServeArgs {
+                thrift_addr: Some("off".into()),
+                ..zk_args("zk:2181")
+            },
+            vec!["--zookeeper needs the Thrift listener"],
+        ),
+        (
+            ServeArgs {
+                etcd_endpoints: Some("127.0.0.1:2379".into()),
+                ..zk_args("zk:2181")
+            },
+            vec!["--etcd-endpoints and --zookeeper", "choose one"],
+        ),
+        (
+            ServeArgs {
+                zookeeper_path: Some("/x".into()),
+                ..ServeArgs::default()
+            },
+            vec!["--zookeeper-path needs --zookeeper"],
+        ),
+        (
+            ServeArgs {
+                max_peer_skew_ms: Some("5".into()),
+                ..ServeArgs::default()
+            },
+            vec!["--max-peer-skew-ms needs --zookeeper"],
+        ),
+    ] {
+        let message = err(&args);
+        for needle in needles {
+            assert!(message.contains(needle), "{message:?} lacks {needle:?}");
+        }
+        assert!(!message.contains('\n'), "one line: {message:?}");
+    }
+    // The claim timeout also serves ZooKeeper.
+    let args = ServeArgs {
+        claim_timeout_secs: Some("4".into()),
+        ..zk_args("zk:2181")
+    };
+    assert!(Config::resolve(&args, None).is_ok());
+}
+
+#[test]
+fn worker_ids_from_the_host_name() {
+    let ordinal = |host: &str| {
+        Config::resolve(
+            &ServeArgs {
+                worker_id_from_hostname: true,
+                hostname: Some(host.into()),
+                ..ServeArgs::default()
+            },
+            None,
+        )
+    };
+    let config = ordinal("snowflake-7").unwrap();
+    assert_eq!(
+        (config.worker_id, config.identity_source),
+        (7, "hostname-ordinal")
+    );
+    assert!(config.worker_id_given);
+    assert_eq!(config.hostname, "snowflake-7");
+    assert_eq!(ordinal("ids-b-031").unwrap().worker_id, 31);
+    for (host, needles) in [
+        ("web", vec!["does not end in -N", "\"web\""]),
+        ("snowflake-", vec!["does not end in -N"]),
+        ("snowflake-32", vec!["ordinal 32", "0..=31"]),
+        ("snowflake-99999999999999999999999", vec!["0..=31"]),
+    ] {
+        let message = ordinal(host).unwrap_err().to_string();
+        for needle in needles {
+            assert!(
+                message.contains(needle),
+                "{host}: {message:?} lacks {needle:?}"
+            );
+        }
+    }
+    let bad_host = Config::resolve(
+        &ServeArgs {
+            hostname: Some("a b".into()),
+            ..ServeArgs::default()
+        },
+        None,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(bad_host.contains("--hostname"), "{bad_host}");
+    let both = ServeArgs {
+        worker_id_from_hostname: true,
+        worker_id: Some("3".into()),
+        hostname: Some("snowflake-7".into()),
+        ..ServeArgs::default()
+    };
+    assert!(err(&both).contains("keep one"), "{}", err(&both));
+}
+
+#[test]
+fn worker_ids_from_the_config_files_host_map() {
+    let toml = file("[worker_id_map]\n\"host-a\" = 3\n\"host-b\" = 4\n");
+    let with_host = |host: &str| ServeArgs {
+        config: Some(toml.path().to_owned()),
+        hostname: Some(host.into()),
+        ..ServeArgs::default()
+    };
+    let config = Config::resolve(&with_host("host-b"), None).unwrap();
+    assert_eq!(
+        (config.worker_id, config.identity_source),
+        (4, "hostname-map")
+    );
+    let message = err(&with_host("host-c"));
+    assert!(
+        message.contains("\"host-c\"") && message.contains("\"host-a\""),
+        "{message}"
+    );
+    for (contents, needle) in [
+        (
+            "[worker_id_map]\n\"a\" = 1\n\"b\" = 1\n",
+            "both map to worker 1",
+        ),
+        ("[worker_id_map]\n\"a\" = 32\n", "0..=31"),
+        ("[worker_id_map]\n\"a\" = \"one\"\n", "0..=31"),
+        ("worker_id_map = 3\n", "expected a table"),
+        (
+            "worker_id_map = {}\nworker_id_from_hostname = true\n",
+            "keep one",
+        ),
+    ] {
+        let bad = file(contents);
+        let args = ServeArgs {
+            config: Some(bad.path().to_owned()),
+            hostname: Some("a".into()),
+            ..ServeArgs::default()
+        };
+        let message = err(&args);
+        assert!(
+            message.contains(needle),
+            "{contents:?}: {message:?} lacks {needle:?}"
+        );
+    }
+}
