@@ -1,0 +1,180 @@
+//! SVG charts with plotters: throughput versus threads and connections, latency percentiles.
+
+use crate::model::Run;
+use anyhow::{Result, anyhow};
+use plotters::prelude::*;
+use std::path::Path;
+
+const COLORS: [RGBColor; 6] = [
+    RGBColor(31, 119, 180),
+    RGBColor(255, 127, 14),
+    RGBColor(44, 160, 44),
+    RGBColor(214, 39, 40),
+    RGBColor(148, 103, 189),
+    RGBColor(140, 86, 75),
+];
+
+/// One named series of (x, y) points.
+type Series = (String, Vec<(f64, f64)>);
+
+/// The series of `group` whose parameters are `prefix=N`, x = N, y = median / `scale`.
+fn series(run: &Run, group: &str, prefix: &str, scale: f64) -> Vec<Series> {
+    let mut out: Vec<Series> = Vec::new();
+    for m in run.measurements.iter().filter(|m| m.group == group) {
+        let Some(x) = m
+            .parameter
+            .strip_prefix(prefix)
+            .and_then(|x| x.parse::<f64>().ok())
+        else {
+            continue;
+        };
+        match out.iter_mut().find(|(name, _)| *name == m.subject) {
+            Some((_, points)) => points.push((x, m.median / scale)),
+            None => out.push((m.subject.clone(), vec![(x, m.median / scale)])),
+        }
+    }
+    for (_, points) in &mut out {
+        points.sort_by(|a, b| a.0.total_cmp(&b.0));
+    }
+    out
+}
+
+/// A line chart with a logarithmic x axis.
+fn line_chart(path: &Path, title: &str, x_desc: &str, y_desc: &str, data: &[Series]) -> Result<()> {
+    let xs = data.iter().flat_map(|(_, p)| p.iter().map(|q| q.0));
+    let x_max = xs.clone().fold(1.0_f64, f64::max) * 1.25;
+    let x_min = xs.fold(f64::INFINITY, f64::min).min(1.0) * 0.8;
+    let y_max = data
+        .iter()
+        .flat_map(|(_, p)| p.iter().map(|q| q.1))
+        .filter(|v| v.is_finite())
+        .fold(0.0_f64, f64::max)
+        * 1.15;
+    let root = SVGBackend::new(path, (800, 480)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| anyhow!("{e:?}"))?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(title, ("sans-serif", 20))
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(60)
+        .build_cartesian_2d((x_min..x_max).log_scale(), 0.0..y_max.max(1.0))
+        .map_err(|e| anyhow!("{e:?}"))?;
+    chart
+        .configure_mesh()
+        .x_desc(x_desc)
+        .y_desc(y_desc)
+        .x_label_formatter(&|x| format!("{x:.0}"))
+        .draw()
+        .map_err(|e| anyhow!("{e:?}"))?;
+    for (i, (name, points)) in data.iter().enumerate() {
+        let color = COLORS[i % COLORS.len()];
+        chart
+            .draw_series(LineSeries::new(
+                points.iter().copied(),
+                color.stroke_width(2),
+            ))
+            .map_err(|e| anyhow!("{e:?}"))?
+            .label(name.as_str())
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
+            });
+        chart
+            .draw_series(points.iter().map(|&p| Circle::new(p, 4, color.filled())))
+            .map_err(|e| anyhow!("{e:?}"))?;
+    }
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .position(SeriesLabelPosition::LowerRight)
+        .draw()
+        .map_err(|e| anyhow!("{e:?}"))?;
+    root.present().map_err(|e| anyhow!("{e:?}"))?;
+    Ok(())
+}
+
+pub fn lib_threads(run: &Run, path: &Path) -> Result<()> {
+    let data = series(run, "lib-throughput", "threads=", 1e6);
+    line_chart(
+        path,
+        "In-process generators: IDs/s versus threads (one shared generator)",
+        "threads",
+        "million IDs/s",
+        &data,
+    )
+}
+
+pub fn connections(run: &Run, path: &Path) -> Result<()> {
+    let data = series(run, "connections", "c=", 1e3);
+    line_chart(
+        path,
+        "Single IDs over the network versus connections",
+        "connections",
+        "thousand IDs/s",
+        &data,
+    )
+}
+
+/// Bars of the HTTP latency percentiles at half of peak.
+pub fn latency(run: &Run, path: &Path) -> Result<()> {
+    let bars: Vec<(String, f64)> = run
+        .measurements
+        .iter()
+        .filter(|m| m.group == "latency")
+        .map(|m| (m.parameter.clone(), m.median))
+        .collect();
+    let y_max = bars
+        .iter()
+        .map(|b| b.1)
+        .filter(|v| v.is_finite())
+        .fold(1.0_f64, f64::max)
+        * 1.15;
+    let n = bars.len().max(1);
+    let root = SVGBackend::new(path, (800, 480)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| anyhow!("{e:?}"))?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(
+            "snowflake HTTP /v1/id latency at half of peak (50 connections)",
+            ("sans-serif", 20),
+        )
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(60)
+        .build_cartesian_2d(0.0..n as f64, 0.0..y_max)
+        .map_err(|e| anyhow!("{e:?}"))?;
+    let labels: Vec<String> = bars.iter().map(|b| b.0.clone()).collect();
+    chart
+        .configure_mesh()
+        .disable_x_mesh()
+        .x_labels(n * 2 + 1)
+        .x_label_formatter(&|x| {
+            let i = x.floor() as usize;
+            if (x - x.floor() - 0.5).abs() < 0.01 {
+                labels.get(i).cloned().unwrap_or_default()
+            } else {
+                String::new()
+            }
+        })
+        .y_desc("µs")
+        .draw()
+        .map_err(|e| anyhow!("{e:?}"))?;
+    chart
+        .draw_series(bars.iter().enumerate().map(|(i, b)| {
+            Rectangle::new(
+                [(i as f64 + 0.15, 0.0), (i as f64 + 0.85, b.1)],
+                COLORS[0].filled(),
+            )
+        }))
+        .map_err(|e| anyhow!("{e:?}"))?;
+    chart
+        .draw_series(bars.iter().enumerate().map(|(i, b)| {
+            Text::new(
+                format!("{:.0}", b.1),
+                (i as f64 + 0.35, b.1 * 1.02 + y_max * 0.03),
+                ("sans-serif", 14),
+            )
+        }))
+        .map_err(|e| anyhow!("{e:?}"))?;
+    root.present().map_err(|e| anyhow!("{e:?}"))?;
+    Ok(())
+}

@@ -1,0 +1,534 @@
+//! `report`: markdown tables and SVG charts from the JSON of `lib` and `service`.
+
+use crate::lib_bench::{CLOCK, OURS};
+use crate::model::{Machine, Measurement, Run};
+use crate::service::{CONNECTIONS, REDIS, WRK};
+use anyhow::Result;
+use std::fmt::Write as _;
+use std::path::Path;
+
+/// The layout's ceiling for one node: 4096 IDs per millisecond.
+const LAYOUT_MAX: f64 = 4_096_000.0;
+
+/// A markdown table; the first column left-aligned, the others right-aligned.
+pub fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
+    let mut out = String::new();
+    let line = |cells: &[String]| format!("| {} |\n", cells.join(" | "));
+    out.push_str(&line(
+        &headers.iter().map(|h| (*h).to_owned()).collect::<Vec<_>>(),
+    ));
+    let align: Vec<String> = (0..headers.len())
+        .map(|i| {
+            if i == 0 {
+                "---".to_owned()
+            } else {
+                "---:".to_owned()
+            }
+        })
+        .collect();
+    out.push_str(&line(&align));
+    for row in rows {
+        let mut cells: Vec<String> = row.iter().map(|c| c.replace('|', "\\|")).collect();
+        cells.resize(headers.len(), String::new());
+        out.push_str(&line(&cells));
+    }
+    out
+}
+
+/// A number for a table: thousands separators for large values, one decimal for small ones.
+pub fn num(v: f64) -> String {
+    if v.is_nan() {
+        return "–".to_owned();
+    }
+    if v.abs() >= 100.0 {
+        let s = format!("{:.0}", v.abs());
+        let mut grouped = String::new();
+        for (i, c) in s.chars().enumerate() {
+            if i > 0 && (s.len() - i) % 3 == 0 {
+                grouped.push(',');
+            }
+            grouped.push(c);
+        }
+        if v < 0.0 {
+            format!("-{grouped}")
+        } else {
+            grouped
+        }
+    } else {
+        format!("{v:.1}")
+    }
+}
+
+/// A whole count: thousands separators, no decimals.
+pub fn count(v: f64) -> String {
+    if v.abs() >= 100.0 {
+        num(v)
+    } else {
+        format!("{v:.0}")
+    }
+}
+
+/// `a / b` as `1.23×`.
+pub fn ratio(a: f64, b: f64) -> String {
+    if a.is_nan() || b.is_nan() || b == 0.0 {
+        "–".to_owned()
+    } else {
+        format!("{:.2}×", a / b)
+    }
+}
+
+fn samples(m: &Measurement) -> String {
+    m.samples
+        .iter()
+        .map(|v| num(*v))
+        .collect::<Vec<_>>()
+        .join(" / ")
+}
+
+fn subjects(run: &Run, group: &str) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for m in run.measurements.iter().filter(|m| m.group == group) {
+        if !out.contains(&m.subject) {
+            out.push(m.subject.clone());
+        }
+    }
+    out
+}
+
+fn params(run: &Run, group: &str) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for m in run.measurements.iter().filter(|m| m.group == group) {
+        if !out.contains(&m.parameter) {
+            out.push(m.parameter.clone());
+        }
+    }
+    out
+}
+
+fn machine_section(out: &mut String, lib: Option<&Run>, svc: Option<&Run>) {
+    let m: Machine = lib.or(svc).map(|r| r.machine.clone()).unwrap_or_default();
+    let _ = writeln!(out, "## Machine\n");
+    let _ = writeln!(out, "- CPU: {} ({} cores visible)", m.cpu, m.cores);
+    let _ = writeln!(out, "- Kernel: {}", m.kernel);
+    let _ = writeln!(out, "- Date: {}", m.date);
+    for r in [lib, svc].into_iter().flatten() {
+        let _ = writeln!(
+            out,
+            "- `{}`: {} round(s) of {} s, took {:.0} s; load average before {} / after {}",
+            r.part,
+            r.rounds,
+            r.secs,
+            r.wall_secs,
+            r.machine.loadavg_before,
+            r.machine.loadavg_after
+        );
+    }
+    out.push('\n');
+}
+
+fn lib_section(out: &mut String, lib: &Run, charts_link: &str) {
+    let _ = writeln!(out, "## In-process generators\n");
+    let _ = writeln!(
+        out,
+        "Every crate on Twitter's layout (41-bit ms since 2010-11-04T01:42:54.657Z, datacenter 1, worker 1, 12-bit sequence), one generator shared by all threads, median of {} rounds of {} s. The layout caps one node at 4,096,000 IDs/s.\n",
+        lib.rounds, lib.secs
+    );
+    let threads = params(lib, "lib-throughput");
+    let ours_ns = lib.median("lib-ns", OURS, "threads=1").unwrap_or(f64::NAN);
+    let mut headers: Vec<String> = vec!["generator".into()];
+    headers.extend(
+        threads
+            .iter()
+            .map(|t| format!("IDs/s, {}", t.replace("threads=", "threads "))),
+    );
+    headers.push("ns/ID, 1 thread".into());
+    headers.push("ns/ID vs ours".into());
+    let mut rows = Vec::new();
+    for s in subjects(lib, "lib-ns") {
+        let mut row = vec![if s == OURS {
+            format!("**{s}**")
+        } else {
+            s.clone()
+        }];
+        for t in &threads {
+            row.push(
+                lib.median("lib-throughput", &s, t)
+                    .map_or_else(String::new, num),
+            );
+        }
+        let ns = lib.median("lib-ns", &s, "threads=1").unwrap_or(f64::NAN);
+        row.push(num(ns));
+        row.push(ratio(ns, ours_ns));
+        rows.push(row);
+    }
+    let h: Vec<&str> = headers.iter().map(String::as_str).collect();
+    out.push_str(&table(&h, &rows));
+    let clock = lib.median("lib-ns", CLOCK, "threads=1").unwrap_or(f64::NAN);
+    let _ = writeln!(
+        out,
+        "\nns/ID is the median over bursts of 1,500 IDs, each burst starting at a fresh millisecond (so no generator waits for its sequence): the cost of one uncontended ID. Ours costs {} ns more than a bare `SystemTime::now()` in the same run.\n",
+        num(ours_ns - clock)
+    );
+    let _ = writeln!(
+        out,
+        "![IDs/s versus threads]({charts_link}/lib-threads.svg)\n"
+    );
+
+    let _ = writeln!(out, "### Uniqueness and layout of a sample\n");
+    let mut rows = Vec::new();
+    for s in subjects(lib, "lib-sample") {
+        let v = |p: &str| {
+            lib.median("lib-sample", &s, p)
+                .map_or_else(String::new, count)
+        };
+        rows.push(vec![
+            s.clone(),
+            v("total"),
+            v("duplicates"),
+            v("out-of-order"),
+            v("bad-layout"),
+        ]);
+    }
+    out.push_str(&table(
+        &[
+            "generator",
+            "IDs (2 threads)",
+            "duplicates",
+            "out of order in a thread",
+            "not dc 1 / worker 1 / now",
+        ],
+        &rows,
+    ));
+    out.push('\n');
+}
+
+fn service_section(out: &mut String, svc: &Run, charts_link: &str) {
+    let _ = writeln!(out, "## Service\n");
+    let _ = writeln!(
+        out,
+        "Redis, PostgreSQL and `snowflake serve --worker-threads 1` on loopback, started by the harness, measured with their own tools, rounds interleaved; median of {} rounds of {} s. Every request is one ID unless stated.\n",
+        svc.rounds, svc.secs
+    );
+    let redis = svc.median("single-id", REDIS, "c=50").unwrap_or(f64::NAN);
+    let wrk = svc.median("single-id", WRK, "c=50").unwrap_or(f64::NAN);
+    let _ = writeln!(out, "### Single IDs, 50 connections, no pipelining\n");
+    let rows: Vec<Vec<String>> = subjects(svc, "single-id")
+        .iter()
+        .filter_map(|s| svc.find("single-id", s, "c=50"))
+        .map(|m| {
+            vec![
+                m.subject.clone(),
+                num(m.median),
+                ratio(m.median, redis),
+                ratio(m.median, wrk),
+                samples(m),
+            ]
+        })
+        .collect();
+    out.push_str(&table(
+        &["subject", "IDs/s", "vs Redis", "vs ours (wrk)", "rounds"],
+        &rows,
+    ));
+    out.push('\n');
+
+    let _ = writeln!(out, "### Batches\n");
+    let rows: Vec<Vec<String>> = subjects(svc, "batch")
+        .iter()
+        .filter_map(|s| svc.find("batch", s, "c=50"))
+        .map(|m| {
+            vec![
+                m.subject.clone(),
+                num(m.median),
+                format!("{:.1}%", 100.0 * m.median / LAYOUT_MAX),
+                ratio(m.median, redis),
+                samples(m),
+            ]
+        })
+        .collect();
+    out.push_str(&table(
+        &[
+            "request",
+            "IDs/s",
+            "of 4,096,000",
+            "vs Redis INCR",
+            "rounds",
+        ],
+        &rows,
+    ));
+    out.push('\n');
+
+    let _ = writeln!(out, "### Throughput versus connections\n");
+    let mut headers = vec!["subject".to_owned()];
+    headers.extend(CONNECTIONS.iter().map(|c| format!("{c} conn.")));
+    let rows: Vec<Vec<String>> = subjects(svc, "connections")
+        .iter()
+        .map(|s| {
+            let mut row = vec![s.clone()];
+            row.extend(CONNECTIONS.iter().map(|c| {
+                svc.median("connections", s, &format!("c={c}"))
+                    .map_or_else(String::new, num)
+            }));
+            row
+        })
+        .collect();
+    let h: Vec<&str> = headers.iter().map(String::as_str).collect();
+    out.push_str(&table(&h, &rows));
+    let _ = writeln!(
+        out,
+        "\n![requests/s versus connections]({charts_link}/service-connections.svg)\n"
+    );
+
+    let _ = writeln!(out, "### HTTP latency at half of peak\n");
+    let rows: Vec<Vec<String>> = svc
+        .measurements
+        .iter()
+        .filter(|m| m.group == "latency")
+        .map(|m| vec![m.parameter.clone(), num(m.median), samples(m)])
+        .collect();
+    out.push_str(&table(&["percentile", "µs", "rounds"], &rows));
+    if let Some(p99) = svc.median("redis-latency", REDIS, "p99") {
+        let _ = writeln!(
+            out,
+            "\nFor scale: redis-benchmark's own p99 for INCR at full load (50 connections) was {} µs.",
+            num(p99)
+        );
+    }
+    let _ = writeln!(
+        out,
+        "\n![latency percentiles]({charts_link}/service-latency.svg)\n"
+    );
+
+    let _ = writeln!(out, "### Memory (VmRSS)\n");
+    let rows: Vec<Vec<String>> = subjects(svc, "memory")
+        .iter()
+        .map(|s| {
+            let v = |p: &str| {
+                svc.median("memory", s, p)
+                    .map_or_else(String::new, |k| format!("{} KiB", num(k)))
+            };
+            vec![s.clone(), v("idle"), v("after load")]
+        })
+        .collect();
+    out.push_str(&table(&["process", "idle", "after the load above"], &rows));
+    out.push('\n');
+}
+
+/// The performance targets (the product's envelope) against this run's numbers.
+fn targets_section(out: &mut String, lib: Option<&Run>, svc: Option<&Run>) {
+    let mut rows = Vec::new();
+    let verdict = |ok: bool| if ok { "met" } else { "**not met**" }.to_owned();
+    if let Some(lib) = lib {
+        for t in ["threads=1", "threads=2"] {
+            let v = lib.median("lib-throughput", OURS, t).unwrap_or(f64::NAN);
+            rows.push(vec![
+                format!(
+                    "generator ≥ 99% of 4,096,000 IDs/s, {}",
+                    t.replace('=', " ")
+                ),
+                format!("{:.1}%", 100.0 * v / LAYOUT_MAX),
+                verdict(v >= 0.99 * LAYOUT_MAX),
+            ]);
+        }
+        let ours = lib.median("lib-ns", OURS, "threads=1").unwrap_or(f64::NAN);
+        let clock = lib.median("lib-ns", CLOCK, "threads=1").unwrap_or(f64::NAN);
+        rows.push(vec![
+            "one ID ≤ one bare clock read + 10 ns".into(),
+            format!("{} ns vs {} + 10 ns", num(ours), num(clock)),
+            verdict(ours <= clock + 10.0),
+        ]);
+    }
+    if let Some(svc) = svc {
+        for s in subjects(svc, "batch") {
+            let v = svc.median("batch", &s, "c=50").unwrap_or(f64::NAN);
+            rows.push(vec![
+                format!("{s} ≥ 95% of 4,096,000 IDs/s"),
+                format!("{:.1}%", 100.0 * v / LAYOUT_MAX),
+                verdict(v >= 0.95 * LAYOUT_MAX),
+            ]);
+        }
+        let redis = svc.median("single-id", REDIS, "c=50").unwrap_or(f64::NAN);
+        for s in subjects(svc, "single-id")
+            .into_iter()
+            .filter(|s| s.starts_with("snowflake"))
+        {
+            let v = svc.median("single-id", &s, "c=50").unwrap_or(f64::NAN);
+            rows.push(vec![
+                format!("{s} ≥ 1.2× Redis INCR"),
+                ratio(v, redis),
+                verdict(v >= 1.2 * redis),
+            ]);
+        }
+        if let Some(p99) = svc.median("latency", "snowflake HTTP /v1/id at half of peak", "p99") {
+            rows.push(vec![
+                "HTTP p99 < 1 ms at half of peak".into(),
+                format!("{} µs", num(p99)),
+                verdict(p99 < 1000.0),
+            ]);
+        }
+    }
+    if rows.is_empty() {
+        return;
+    }
+    let _ = writeln!(out, "## Targets, and whether this run met them\n");
+    out.push_str(&table(&["target", "measured", "verdict"], &rows));
+    out.push('\n');
+}
+
+/// The whole markdown document.
+pub fn markdown(lib: Option<&Run>, svc: Option<&Run>, charts_link: &str, command: &str) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "# Benchmarks\n");
+    let _ = writeln!(
+        out,
+        "Produced by one command, from the repository root:\n\n```sh\n{command}\n```\n"
+    );
+    let _ = writeln!(
+        out,
+        "It builds what it needs, installs missing tools (redis-server, redis-tools, wrk, postgresql) with apt-get, starts every server itself on loopback, and rewrites this file and `docs/bench/*.svg`. Numbers are medians of interleaved rounds in one run on one machine; ratios compare numbers from that same run. The machine below is shared: see the load averages.\n"
+    );
+    machine_section(&mut out, lib, svc);
+    targets_section(&mut out, lib, svc);
+    if let Some(lib) = lib {
+        lib_section(&mut out, lib, charts_link);
+    }
+    if let Some(svc) = svc {
+        service_section(&mut out, svc, charts_link);
+    }
+    let notes: Vec<&String> = [lib, svc]
+        .into_iter()
+        .flatten()
+        .flat_map(|r| &r.notes)
+        .collect();
+    if !notes.is_empty() {
+        let _ = writeln!(out, "## Notes\n");
+        for n in notes {
+            let _ = writeln!(out, "- {n}");
+        }
+        out.push('\n');
+    }
+    out
+}
+
+/// Reads `lib.json` and `service.json` from `dir` (either may be missing), writes the markdown
+/// to `markdown_path` and the charts into `charts_dir`.
+pub fn write(dir: &Path, markdown_path: &Path, charts_dir: &Path, command: &str) -> Result<()> {
+    let load = |name: &str| -> Result<Option<Run>> {
+        let p = dir.join(name);
+        if p.exists() {
+            Run::load(&p).map(Some)
+        } else {
+            Ok(None)
+        }
+    };
+    let lib = load("lib.json")?;
+    let svc = load("service.json")?;
+    anyhow::ensure!(
+        lib.is_some() || svc.is_some(),
+        "neither lib.json nor service.json in {}",
+        dir.display()
+    );
+    std::fs::create_dir_all(charts_dir)?;
+    if let Some(lib) = &lib {
+        crate::charts::lib_threads(lib, &charts_dir.join("lib-threads.svg"))?;
+    }
+    if let Some(svc) = &svc {
+        crate::charts::connections(svc, &charts_dir.join("service-connections.svg"))?;
+        crate::charts::latency(svc, &charts_dir.join("service-latency.svg"))?;
+    }
+    let link = relative_link(markdown_path, charts_dir);
+    let md = markdown(lib.as_ref(), svc.as_ref(), &link, command);
+    if let Some(parent) = markdown_path.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    std::fs::write(markdown_path, md)?;
+    eprintln!(
+        "report: wrote {} and charts in {}",
+        markdown_path.display(),
+        charts_dir.display()
+    );
+    Ok(())
+}
+
+/// The charts directory as a link from the markdown file (relative when it is below it).
+fn relative_link(markdown_path: &Path, charts_dir: &Path) -> String {
+    let abs = |p: &Path| std::path::absolute(p).unwrap_or_else(|_| p.to_owned());
+    let md_dir = abs(markdown_path)
+        .parent()
+        .map(Path::to_owned)
+        .unwrap_or_default();
+    let charts = abs(charts_dir);
+    match charts.strip_prefix(&md_dir) {
+        Ok(rel) if rel.as_os_str().is_empty() => ".".to_owned(),
+        Ok(rel) => rel.display().to_string(),
+        Err(_) => charts.display().to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_aligns_escapes_and_pads() {
+        let t = table(&["a", "b", "c"], &[vec!["x|y".into(), "1".into()]]);
+        assert_eq!(
+            t,
+            "| a | b | c |\n| --- | ---: | ---: |\n| x\\|y | 1 |  |\n"
+        );
+    }
+
+    #[test]
+    fn numbers_and_ratios() {
+        assert_eq!(num(4_096_000.4), "4,096,000");
+        assert_eq!(num(123.0), "123");
+        assert_eq!(num(-1234.0), "-1,234");
+        assert_eq!(num(25.04), "25.0");
+        assert_eq!(num(f64::NAN), "–");
+        assert_eq!(count(0.0), "0");
+        assert_eq!(count(1_000_000.0), "1,000,000");
+        assert_eq!(ratio(3.0, 2.0), "1.50×");
+        assert_eq!(ratio(1.0, 0.0), "–");
+    }
+
+    #[test]
+    fn relative_links() {
+        assert_eq!(
+            relative_link(Path::new("/r/BENCHMARKS.md"), Path::new("/r/docs/bench")),
+            "docs/bench"
+        );
+        assert_eq!(
+            relative_link(Path::new("/t/BENCHMARKS.md"), Path::new("/t")),
+            "."
+        );
+    }
+
+    #[test]
+    fn markdown_from_a_small_run() {
+        let mut lib = Run::new("lib", 1.0, 1);
+        lib.record("lib-ns", CLOCK, "threads=1", "ns/ID", 20.0);
+        lib.record("lib-ns", OURS, "threads=1", "ns/ID", 25.0);
+        lib.record("lib-throughput", OURS, "threads=1", "IDs/s", 4_095_000.0);
+        lib.record("lib-throughput", OURS, "threads=2", "IDs/s", 4_000_000.0);
+        let mut svc = Run::new("service", 1.0, 1);
+        svc.record("single-id", REDIS, "c=50", "IDs/s", 100_000.0);
+        svc.record("single-id", WRK, "c=50", "IDs/s", 150_000.0);
+        let md = markdown(Some(&lib), Some(&svc), "docs/bench", "cmd");
+        assert!(
+            md.contains("| **snowflake-core (ours)** | 4,095,000 | 4,000,000 | 25.0 | 1.00× |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| snowflake HTTP /v1/id (wrk) | 150,000 | 1.50× | 1.00× | 150,000 |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| one ID ≤ one bare clock read + 10 ns | 25.0 ns vs 20.0 + 10 ns | met |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("generator ≥ 99% of 4,096,000 IDs/s, threads 2 | 97.7% | **not met**"),
+            "{md}"
+        );
+        assert!(md.contains("![IDs/s versus threads](docs/bench/lib-threads.svg)"));
+    }
+}

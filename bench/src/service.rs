@@ -1,0 +1,618 @@
+//! `service`: our server against Redis INCR and a PostgreSQL sequence, each started here on
+//! loopback with random free ports and temporary directories, measured with their own tools.
+
+use crate::model::Run;
+use crate::parse;
+use anyhow::{Context, Result, bail};
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub const REDIS: &str = "Redis INCR (redis-benchmark)";
+pub const PG: &str = "PostgreSQL nextval (pgbench)";
+pub const WRK: &str = "snowflake HTTP /v1/id (wrk)";
+pub const CONNECTIONS: [u32; 3] = [1, 10, 50];
+
+/// Runs a command to completion; a non-zero exit is an error carrying its output.
+fn run_cmd(cmd: &mut Command) -> Result<String> {
+    let out = cmd
+        .stdin(Stdio::null())
+        .output()
+        .with_context(|| format!("running {cmd:?}"))?;
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    if !out.status.success() {
+        bail!(
+            "{cmd:?} failed ({}): {stdout}{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(stdout)
+}
+
+fn on_path(name: &str) -> bool {
+    std::env::var_os("PATH")
+        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(name).is_file()))
+}
+
+/// The PostgreSQL server binaries: 15 as on the project's machines, else the newest installed.
+fn pg_bin_dir() -> Option<PathBuf> {
+    let preferred = PathBuf::from("/usr/lib/postgresql/15/bin");
+    if preferred.join("initdb").is_file() {
+        return Some(preferred);
+    }
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
+        .ok()?
+        .filter_map(|e| Some(e.ok()?.path().join("bin")))
+        .filter(|d| d.join("initdb").is_file())
+        .collect();
+    dirs.sort();
+    dirs.pop()
+}
+
+/// Installs missing tools with apt-get, or fails saying what is missing: never skips.
+pub fn ensure_tools() -> Result<PathBuf> {
+    let mut missing = Vec::new();
+    for (bin, pkg) in [
+        ("redis-server", "redis-server"),
+        ("redis-benchmark", "redis-tools"),
+        ("redis-cli", "redis-tools"),
+        ("wrk", "wrk"),
+        ("pgbench", "postgresql-client"),
+        ("psql", "postgresql-client"),
+        ("runuser", "util-linux"),
+    ] {
+        if !on_path(bin) && !missing.contains(&pkg) {
+            missing.push(pkg);
+        }
+    }
+    if pg_bin_dir().is_none() {
+        missing.push("postgresql");
+    }
+    if !missing.is_empty() {
+        eprintln!("service: installing {missing:?} with apt-get");
+        let is_root = run_cmd(Command::new("id").arg("-u")).is_ok_and(|s| s.trim() == "0");
+        if !is_root {
+            bail!("missing {missing:?}: run as root (or install them) so apt-get can install them");
+        }
+        run_cmd(Command::new("apt-get").args(["update", "-qq"]))?;
+        run_cmd(
+            Command::new("apt-get")
+                .env("DEBIAN_FRONTEND", "noninteractive")
+                .args(["install", "-y", "-qq", "--no-install-recommends"])
+                .args(&missing),
+        )?;
+    }
+    pg_bin_dir().context("PostgreSQL server binaries (initdb) still missing after install")
+}
+
+fn free_port() -> Result<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+/// VmRSS of a process in KiB.
+pub fn rss_kib(pid: u32) -> Result<f64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    parse_vmrss(&status).context("no VmRSS line")
+}
+
+pub fn parse_vmrss(status: &str) -> Option<f64> {
+    status.lines().find_map(|l| {
+        l.strip_prefix("VmRSS:")?
+            .split_whitespace()
+            .next()?
+            .parse()
+            .ok()
+    })
+}
+
+/// True once `GET path` on the HTTP port answers 200.
+fn http_ok(port: u16, path: &str) -> bool {
+    let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(1)));
+    if s.write_all(format!("GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").as_bytes())
+        .is_err()
+    {
+        return false;
+    }
+    let mut buf = [0u8; 32];
+    let n = s.read(&mut buf).unwrap_or(0);
+    buf[..n].starts_with(b"HTTP/1.1 200") || buf[..n].starts_with(b"HTTP/1.0 200")
+}
+
+fn wait_until(what: &str, timeout: Duration, mut ready: impl FnMut() -> bool) -> Result<()> {
+    let deadline = Instant::now() + timeout;
+    while !ready() {
+        if Instant::now() > deadline {
+            bail!("{what} not ready after {timeout:?}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Ok(())
+}
+
+/// Redis, PostgreSQL and our server, stopped (and their directories removed) on drop.
+struct Services {
+    work: tempfile::TempDir,
+    pg_bin: PathBuf,
+    redis: Option<Child>,
+    redis_port: u16,
+    pg_data: Option<PathBuf>,
+    pg_port: u16,
+    sf: Option<Child>,
+    http_port: u16,
+    grpc_port: u16,
+    thrift_port: u16,
+}
+
+impl Services {
+    fn start(pg_bin: PathBuf, sf_bin: &Path) -> Result<Services> {
+        let work = tempfile::Builder::new()
+            .prefix("snowflake-compare-")
+            .tempdir()?;
+        // PostgreSQL runs as the postgres user, which must reach its data directory.
+        run_cmd(Command::new("chmod").arg("755").arg(work.path()))?;
+        let mut s = Services {
+            work,
+            pg_bin,
+            redis: None,
+            redis_port: free_port()?,
+            pg_data: None,
+            pg_port: free_port()?,
+            sf: None,
+            http_port: free_port()?,
+            grpc_port: free_port()?,
+            thrift_port: free_port()?,
+        };
+        let dir = s.work.path().to_owned();
+
+        let redis_log = std::fs::File::create(dir.join("redis.log"))?;
+        s.redis = Some(
+            Command::new("redis-server")
+                .args(["--bind", "127.0.0.1", "--port", &s.redis_port.to_string()])
+                .args(["--save", "", "--appendonly", "no", "--dir"])
+                .arg(&dir)
+                .stdout(redis_log)
+                .stderr(Stdio::null())
+                .spawn()
+                .context("starting redis-server")?,
+        );
+
+        let pg_dir = dir.join("pg");
+        std::fs::create_dir(&pg_dir)?;
+        run_cmd(Command::new("chown").arg("postgres:").arg(&pg_dir))?;
+        let data = pg_dir.join("data");
+        run_cmd(
+            Command::new("runuser")
+                .args(["-u", "postgres", "--"])
+                .arg(s.pg_bin.join("initdb"))
+                .arg("-D")
+                .arg(&data)
+                .args(["-U", "postgres", "--auth=trust", "-E", "UTF8"]),
+        )
+        .context("initdb")?;
+        run_cmd(
+            Command::new("runuser")
+                .args(["-u", "postgres", "--"])
+                .arg(s.pg_bin.join("pg_ctl"))
+                .arg("-D")
+                .arg(&data)
+                .arg("-l")
+                .arg(pg_dir.join("log"))
+                .arg("-w")
+                .arg("-o")
+                .arg(format!(
+                    "-c listen_addresses=127.0.0.1 -p {} -k {} -c max_connections=120",
+                    s.pg_port,
+                    pg_dir.display()
+                ))
+                .arg("start"),
+        )
+        .context("pg_ctl start")?;
+        s.pg_data = Some(data);
+        run_cmd(
+            Command::new("psql")
+                .args(s.pg_args())
+                .args(["-q", "-c", "CREATE SEQUENCE s"]),
+        )?;
+        std::fs::write(dir.join("nextval.sql"), "SELECT nextval('s');\n")?;
+
+        let sf_log = std::fs::File::create(dir.join("serve.log"))?;
+        s.sf = Some(
+            Command::new(sf_bin)
+                .arg("serve")
+                .args(["--http-addr", &format!("127.0.0.1:{}", s.http_port)])
+                .args(["--grpc-addr", &format!("127.0.0.1:{}", s.grpc_port)])
+                .args(["--thrift-addr", &format!("127.0.0.1:{}", s.thrift_port)])
+                .arg("--state-dir")
+                .arg(dir.join("state"))
+                .args([
+                    "--worker-threads",
+                    "1",
+                    "--datacenter-id",
+                    "1",
+                    "--worker-id",
+                    "1",
+                ])
+                .stdout(Stdio::null())
+                .stderr(sf_log)
+                .spawn()
+                .context("starting snowflake serve")?,
+        );
+        let redis_port = s.redis_port;
+        wait_until("redis-server", Duration::from_secs(10), || {
+            Command::new("redis-cli")
+                .args(["-p", &redis_port.to_string(), "ping"])
+                .output()
+                .is_ok_and(|o| o.stdout.starts_with(b"PONG"))
+        })?;
+        let http_port = s.http_port;
+        wait_until("snowflake serve", Duration::from_secs(15), || {
+            http_ok(http_port, "/readyz")
+        })?;
+        Ok(s)
+    }
+
+    fn pg_args(&self) -> Vec<String> {
+        vec![
+            "-h".into(),
+            "127.0.0.1".into(),
+            "-p".into(),
+            self.pg_port.to_string(),
+            "-U".into(),
+            "postgres".into(),
+            "postgres".into(),
+        ]
+    }
+
+    fn redis(&self, connections: u32, requests: u64) -> Result<parse::RedisRow> {
+        let out = run_cmd(Command::new("redis-benchmark").args([
+            "-h",
+            "127.0.0.1",
+            "-p",
+            &self.redis_port.to_string(),
+            "-c",
+            &connections.to_string(),
+            "-n",
+            &requests.to_string(),
+            "-t",
+            "incr",
+            "--csv",
+        ]))?;
+        parse::redis_csv(&out, "INCR")
+    }
+
+    fn pgbench(&self, clients: u32, secs: u64) -> Result<parse::Pgbench> {
+        let out = run_cmd(
+            Command::new("pgbench")
+                .args([
+                    "-h",
+                    "127.0.0.1",
+                    "-p",
+                    &self.pg_port.to_string(),
+                    "-U",
+                    "postgres",
+                    "-n",
+                ])
+                .args([
+                    "-c",
+                    &clients.to_string(),
+                    "-j",
+                    &clients.min(2).to_string(),
+                ])
+                .args(["-T", &secs.to_string(), "-f"])
+                .arg(self.work.path().join("nextval.sql"))
+                .arg("postgres"),
+        )?;
+        parse::pgbench(&out)
+    }
+
+    fn wrk(&self, connections: u32, secs: u64) -> Result<parse::Wrk> {
+        let out = run_cmd(Command::new("wrk").args([
+            "-t1",
+            &format!("-c{connections}"),
+            &format!("-d{secs}s"),
+            &format!("http://127.0.0.1:{}/v1/id", self.http_port),
+        ]))?;
+        parse::wrk(&out)
+    }
+
+    fn sf_pid(&self) -> u32 {
+        self.sf.as_ref().map_or(0, Child::id)
+    }
+
+    fn redis_pid(&self) -> u32 {
+        self.redis.as_ref().map_or(0, Child::id)
+    }
+}
+
+impl Drop for Services {
+    fn drop(&mut self) {
+        if let Some(mut sf) = self.sf.take() {
+            let _ = Command::new("kill")
+                .args(["-TERM", &sf.id().to_string()])
+                .status();
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while Instant::now() < deadline && matches!(sf.try_wait(), Ok(None)) {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = sf.kill();
+            let _ = sf.wait();
+        }
+        if let Some(mut redis) = self.redis.take() {
+            let _ = redis.kill();
+            let _ = redis.wait();
+        }
+        if let Some(data) = self.pg_data.take() {
+            let _ = Command::new("runuser")
+                .args(["-u", "postgres", "--"])
+                .arg(self.pg_bin.join("pg_ctl"))
+                .arg("-D")
+                .arg(&data)
+                .args(["-m", "immediate", "-w", "stop"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status();
+        }
+    }
+}
+
+/// `snowflake bench` against our server.
+fn sf_bench(
+    bin: &Path,
+    protocol: &str,
+    port: u16,
+    args: &[&str],
+    secs: f64,
+) -> Result<parse::SfBench> {
+    let out = run_cmd(
+        Command::new(bin)
+            .args(["bench", "--no-progress", "--json", "--protocol", protocol])
+            .args(["--addr", &format!("127.0.0.1:{port}")])
+            .args([
+                "-d",
+                &format!("{}ms", (secs * 1000.0).round().max(100.0) as u64),
+            ])
+            .args(args),
+    )?;
+    parse::sf_bench(&out)
+}
+
+/// Our release binary, built if it is missing.
+pub fn sf_binary(root: &Path) -> Result<PathBuf> {
+    let bin = root.join("target/release/snowflake");
+    if !bin.is_file() {
+        eprintln!("service: building target/release/snowflake");
+        run_cmd(Command::new("cargo").current_dir(root).args([
+            "build",
+            "--release",
+            "-p",
+            "snowflake-cli",
+        ]))?;
+    }
+    Ok(bin)
+}
+
+pub fn run(root: &Path, secs: f64, rounds: usize) -> Result<Run> {
+    let started = Instant::now();
+    let pg_bin = ensure_tools()?;
+    let bin = sf_binary(root)?;
+    let mut run = Run::new("service", secs, rounds);
+    // wrk and pgbench count whole seconds: every tool gets the same whole number of seconds.
+    let whole = (secs.round() as u64).max(1);
+    if whole as f64 != secs {
+        run.notes.push(format!(
+            "Every service measurement ran {whole} s (wrk and pgbench take whole seconds)."
+        ));
+    }
+    let secs = whole as f64;
+    let svc = Services::start(pg_bin, &bin)?;
+    run.record(
+        "memory",
+        "snowflake serve",
+        "idle",
+        "KiB",
+        rss_kib(svc.sf_pid())?,
+    );
+    run.record(
+        "memory",
+        "redis-server",
+        "idle",
+        "KiB",
+        rss_kib(svc.redis_pid())?,
+    );
+
+    // redis-benchmark counts requests, not seconds: size each run from the last rate seen.
+    let mut redis_rate: HashMap<u32, f64> = HashMap::new();
+    let mut redis = |run: &mut Run, c: u32| -> Result<f64> {
+        let guess = if c == 1 { 15_000.0 } else { 60_000.0 };
+        let rate = redis_rate.get(&c).copied().unwrap_or(guess);
+        let row = svc.redis(c, ((rate * secs) as u64).max(1000))?;
+        redis_rate.insert(c, row.rps);
+        if c == 50 {
+            run.record("single-id", REDIS, "c=50", "IDs/s", row.rps);
+            if let Some(p99) = row.p99_ms {
+                run.record("redis-latency", REDIS, "p99", "us", p99 * 1000.0);
+            }
+        }
+        run.record(
+            "connections",
+            "Redis INCR",
+            &format!("c={c}"),
+            "IDs/s",
+            row.rps,
+        );
+        Ok(row.rps)
+    };
+    let mut errors: Vec<String> = Vec::new();
+    let mut sf =
+        |run: &mut Run, group: &str, subject: &str, protocol: &str, args: &[&str]| -> Result<()> {
+            let port = match protocol {
+                "grpc" => svc.grpc_port,
+                "thrift" => svc.thrift_port,
+                _ => svc.http_port,
+            };
+            let r = sf_bench(&bin, protocol, port, args, secs)?;
+            if r.errors_total > 0 {
+                errors.push(format!("{subject}: {} errors in one round", r.errors_total));
+            }
+            run.record(group, subject, "c=50", "IDs/s", r.ids_per_sec);
+            Ok(())
+        };
+
+    for round in 1..=rounds {
+        eprintln!("service: round {round}/{rounds}");
+        redis(&mut run, 50)?;
+        let p = svc.pgbench(50, whole)?;
+        run.record("single-id", PG, "c=50", "IDs/s", p.tps);
+        run.record("connections", "PostgreSQL nextval", "c=50", "IDs/s", p.tps);
+        let w = svc.wrk(50, whole)?;
+        if w.non_2xx + w.socket_errors > 0 {
+            run.notes.push(format!(
+                "wrk round {round}: {} non-2xx, {} socket errors",
+                w.non_2xx, w.socket_errors
+            ));
+        }
+        run.record("single-id", WRK, "c=50", "IDs/s", w.requests_per_sec);
+        run.record(
+            "connections",
+            "snowflake HTTP (wrk)",
+            "c=50",
+            "IDs/s",
+            w.requests_per_sec,
+        );
+        sf(
+            &mut run,
+            "single-id",
+            "snowflake HTTP /v1/id (snowflake bench)",
+            "http",
+            &["-c", "50"],
+        )?;
+        sf(
+            &mut run,
+            "single-id",
+            "snowflake Thrift get_id (snowflake bench)",
+            "thrift",
+            &["-c", "50"],
+        )?;
+        sf(
+            &mut run,
+            "single-id",
+            "snowflake gRPC NextId (snowflake bench)",
+            "grpc",
+            &["-c", "50"],
+        )?;
+        sf(
+            &mut run,
+            "batch",
+            "HTTP /v1/ids?count=4096, 4 connections",
+            "http",
+            &["-c", "4", "--batch", "4096"],
+        )?;
+        sf(
+            &mut run,
+            "batch",
+            "gRPC NextIds 4096, 4 connections",
+            "grpc",
+            &["-c", "4", "--batch", "4096"],
+        )?;
+        sf(
+            &mut run,
+            "batch",
+            "gRPC StreamIds 1,000,000, 2 connections",
+            "grpc",
+            &["-c", "2", "--batch", "1000000", "--stream"],
+        )?;
+        for c in [1u32, 10] {
+            redis(&mut run, c)?;
+            let w = svc.wrk(c, whole)?;
+            run.record(
+                "connections",
+                "snowflake HTTP (wrk)",
+                &format!("c={c}"),
+                "IDs/s",
+                w.requests_per_sec,
+            );
+            let p = svc.pgbench(c, whole)?;
+            run.record(
+                "connections",
+                "PostgreSQL nextval",
+                &format!("c={c}"),
+                "IDs/s",
+                p.tps,
+            );
+        }
+    }
+    run.record(
+        "memory",
+        "snowflake serve",
+        "after load",
+        "KiB",
+        rss_kib(svc.sf_pid())?,
+    );
+    run.record(
+        "memory",
+        "redis-server",
+        "after load",
+        "KiB",
+        rss_kib(svc.redis_pid())?,
+    );
+
+    // Latency at half of the measured peak (wrk, 50 connections), on a fixed schedule.
+    let peak = run.median("single-id", WRK, "c=50").unwrap_or(f64::NAN);
+    let half = (peak / 2.0).round().max(1.0) as u64;
+    run.notes.push(format!("Latency was measured at {half} requests/s offered (half of the median wrk peak), 50 connections, with `snowflake bench --rate` (coordinated omission corrected)."));
+    for round in 1..=rounds {
+        eprintln!("service: latency round {round}/{rounds}");
+        let r = sf_bench(
+            &bin,
+            "http",
+            svc.http_port,
+            &["-c", "50", "--rate", &half.to_string()],
+            secs,
+        )?;
+        let subject = "snowflake HTTP /v1/id at half of peak";
+        for (p, v) in [
+            ("p50", r.latency_us.p50),
+            ("p90", r.latency_us.p90),
+            ("p99", r.latency_us.p99),
+            ("p99.9", r.latency_us.p99_9),
+            ("max", r.latency_us.max),
+        ] {
+            run.record("latency", subject, p, "us", v);
+        }
+        run.record(
+            "latency-rate",
+            subject,
+            "achieved",
+            "requests/s",
+            r.requests_per_sec,
+        );
+        if r.errors_total > 0 {
+            errors.push(format!("{subject}: {} errors in one round", r.errors_total));
+        }
+    }
+    run.notes.extend(errors);
+    drop(svc);
+    run.machine.loadavg_after = crate::model::loadavg();
+    run.wall_secs = started.elapsed().as_secs_f64();
+    Ok(run)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn vmrss_from_proc_status() {
+        let status = "Name:\tsnowflake\nVmPeak:\t  100 kB\nVmRSS:\t    8420 kB\nThreads:\t3\n";
+        assert_eq!(parse_vmrss(status), Some(8420.0));
+        assert_eq!(parse_vmrss("Name: x\n"), None);
+        assert!(rss_kib(std::process::id()).unwrap() > 0.0);
+    }
+}
