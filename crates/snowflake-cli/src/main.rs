@@ -302,7 +302,16 @@ fn serve(args: &ServeArgs, epoch_ms: Option<&str>) -> ExitCode {
                 None => None,
             },
         };
-        let node = Node::with_coordinator(&config, clock, coordinator)?;
+        let node = match Node::with_coordinator(&config, clock, coordinator.clone()) {
+            Ok(node) => node,
+            Err(err) => {
+                // Nothing was issued: give the pair back at once rather than at lease expiry.
+                if let Some(coordinator) = &coordinator {
+                    coordinator.release().await;
+                }
+                return Err(err.into());
+            }
+        };
         if let Some(addr) = listeners.http_addr() {
             tracing::info!(%addr, "http listening");
         }

@@ -298,6 +298,9 @@ impl EtcdLease {
                         last_error = format!("held by {holder}");
                         Ok(None)
                     }
+                    // Free workers were taken by other nodes claiming at the same moment: list
+                    // again.
+                    (None, Some(_)) if Instant::now() < deadline => Ok(None),
                     _ => Err(ClaimError::Full {
                         datacenter_id,
                         count: layout.max_worker_id() + 1,
