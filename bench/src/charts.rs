@@ -1,6 +1,8 @@
-//! SVG charts with plotters: throughput versus threads and connections, latency percentiles.
+//! SVG charts with plotters: throughput versus threads and connections, latency percentiles,
+//! memory over a soak.
 
 use crate::model::Run;
+use crate::soak::Soak;
 use anyhow::{Result, anyhow};
 use plotters::prelude::*;
 use std::path::Path;
@@ -16,6 +18,9 @@ const COLORS: [RGBColor; 6] = [
 
 /// One named series of (x, y) points.
 type Series = (String, Vec<(f64, f64)>);
+
+/// One number of a soak sample.
+type SampleValue = fn(&crate::soak::Sample) -> f64;
 
 /// The series of `group` whose parameters are `prefix=N`, x = N, y = median / `scale`.
 fn series(run: &Run, group: &str, prefix: &str, scale: f64) -> Vec<Series> {
@@ -177,4 +182,175 @@ pub fn latency(run: &Run, path: &Path) -> Result<()> {
         .map_err(|e| anyhow!("{e:?}"))?;
     root.present().map_err(|e| anyhow!("{e:?}"))?;
     Ok(())
+}
+
+/// Two panels over the minutes of a soak: VmRSS (after every chunk, highest under load, idle)
+/// above, each chunk's requests/s by protocol below.
+pub fn soak(soak: &Soak, path: &Path) -> Result<()> {
+    let minutes = |s: f64| s / 60.0;
+    let mib = |k: f64| k / 1024.0;
+    let x_max = soak
+        .samples
+        .iter()
+        .map(|s| minutes(s.elapsed_secs))
+        .fold(0.0_f64, f64::max)
+        .max(0.01)
+        * 1.02;
+    let rss_max = soak
+        .samples
+        .iter()
+        .map(|s| s.rss_kib.max(s.rss_under_load_kib))
+        .chain([soak.idle_rss_kib, soak.peak_rss_kib])
+        .fold(1.0_f64, f64::max);
+    let rps_max = soak
+        .samples
+        .iter()
+        .map(|s| s.requests_per_sec / 1e3)
+        .fold(1.0_f64, f64::max);
+    let root = SVGBackend::new(path, (800, 600)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| anyhow!("{e:?}"))?;
+    let root = root
+        .titled(
+            &format!(
+                "snowflake serve over {} min of full load ({} connections)",
+                soak.minutes, soak.connections
+            ),
+            ("sans-serif", 20),
+        )
+        .map_err(|e| anyhow!("{e:?}"))?;
+    let (top, bottom) = root.split_vertically(330);
+
+    let mut chart = ChartBuilder::on(&top)
+        .margin(12)
+        .x_label_area_size(30)
+        .y_label_area_size(60)
+        .build_cartesian_2d(0.0..x_max, 0.0..mib(rss_max) * 1.25)
+        .map_err(|e| anyhow!("{e:?}"))?;
+    chart
+        .configure_mesh()
+        .y_desc("VmRSS, MiB")
+        .draw()
+        .map_err(|e| anyhow!("{e:?}"))?;
+    let idle = mib(soak.idle_rss_kib);
+    let grey = RGBColor(100, 100, 100);
+    chart
+        .draw_series(DashedLineSeries::new(
+            [(0.0, idle), (x_max, idle)],
+            6,
+            4,
+            grey.stroke_width(2),
+        ))
+        .map_err(|e| anyhow!("{e:?}"))?
+        .label("idle, before the load")
+        .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], grey.stroke_width(2)));
+    let rss_lines: [(&str, RGBColor, u32, SampleValue); 2] = [
+        (
+            "highest while a chunk ran (every 250 ms)",
+            COLORS[4],
+            4,
+            |s| s.rss_under_load_kib,
+        ),
+        ("after each chunk", COLORS[0], 2, |s| s.rss_kib),
+    ];
+    for (name, color, width, value) in rss_lines {
+        let points: Vec<(f64, f64)> = soak
+            .samples
+            .iter()
+            .map(|s| (minutes(s.elapsed_secs), mib(value(s))))
+            .collect();
+        let style = if width > 2 {
+            color.mix(0.5).stroke_width(width)
+        } else {
+            color.stroke_width(width)
+        };
+        chart
+            .draw_series(LineSeries::new(points, style))
+            .map_err(|e| anyhow!("{e:?}"))?
+            .label(name)
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], style));
+    }
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .position(SeriesLabelPosition::LowerRight)
+        .draw()
+        .map_err(|e| anyhow!("{e:?}"))?;
+
+    let mut chart = ChartBuilder::on(&bottom)
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(60)
+        .build_cartesian_2d(0.0..x_max, 0.0..rps_max * 1.7)
+        .map_err(|e| anyhow!("{e:?}"))?;
+    chart
+        .configure_mesh()
+        .x_desc("minutes of load")
+        .y_desc("thousand requests/s")
+        .draw()
+        .map_err(|e| anyhow!("{e:?}"))?;
+    for (i, (protocol, tool)) in [
+        ("http", "HTTP /v1/id (wrk)"),
+        ("grpc", "gRPC NextId (snowflake bench)"),
+        ("thrift", "Thrift get_id (snowflake bench)"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let color = COLORS[i + 1];
+        let points: Vec<(f64, f64)> = soak
+            .of(protocol)
+            .map(|s| (minutes(s.elapsed_secs), s.requests_per_sec / 1e3))
+            .collect();
+        if points.is_empty() {
+            continue;
+        }
+        chart
+            .draw_series(
+                points
+                    .into_iter()
+                    .map(|p| Circle::new(p, 3, color.filled())),
+            )
+            .map_err(|e| anyhow!("{e:?}"))?
+            .label(format!("requests/s, {tool}"))
+            .legend(move |(x, y)| Circle::new((x + 10, y), 3, color.filled()));
+    }
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .position(SeriesLabelPosition::UpperRight)
+        .draw()
+        .map_err(|e| anyhow!("{e:?}"))?;
+    root.present().map_err(|e| anyhow!("{e:?}"))?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::soak::tests::sample;
+
+    #[test]
+    fn soak_chart_is_an_svg() {
+        let soak = Soak {
+            minutes: 0.1,
+            connections: 50,
+            idle_rss_kib: 8_000.0,
+            peak_rss_kib: 9_500.0,
+            samples: vec![
+                sample(1.0, "http", 90_000.0, 9_000.0),
+                sample(2.0, "grpc", 35_000.0, 9_200.0),
+                sample(3.0, "thrift", 110_000.0, 9_300.0),
+                sample(4.0, "http", 95_000.0, 9_300.0),
+            ],
+            ..Soak::default()
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("soak-rss.svg");
+        super::soak(&soak, &path).unwrap();
+        let svg = std::fs::read_to_string(&path).unwrap();
+        assert!(svg.starts_with("<svg"), "{}", &svg[..svg.len().min(200)]);
+        assert!(svg.contains("requests/s, Thrift get_id (snowflake bench)"));
+    }
 }

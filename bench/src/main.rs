@@ -7,6 +7,7 @@ mod model;
 mod parse;
 mod report;
 mod service;
+mod soak;
 
 use anyhow::Result;
 use clap::{Args, Parser, Subcommand};
@@ -15,6 +16,8 @@ use std::time::Instant;
 
 /// The command BENCHMARKS.md says produced it.
 const FULL_COMMAND: &str = "cargo run --release -p snowflake-compare -- all";
+/// The commands BENCHMARKS.md gives for its memory soak section.
+const SOAK_COMMAND: &str = "cargo run --release -p snowflake-compare -- soak\ncargo run --release -p snowflake-compare -- report";
 
 #[derive(Debug, Parser)]
 #[command(version, about)]
@@ -30,9 +33,12 @@ enum Cmd {
     /// Over the network: our server against Redis INCR and a PostgreSQL sequence; writes
     /// OUT/service.json.
     Service(ServiceArgs),
-    /// Markdown and SVG charts from OUT/lib.json and OUT/service.json.
+    /// Memory over minutes of full load on our server (HTTP, gRPC and Thrift); writes
+    /// OUT/soak.json. Not part of `all`: it takes 10 minutes.
+    Soak(SoakArgs),
+    /// Markdown and SVG charts from DIR/lib.json, DIR/service.json and DIR/soak.json.
     Report(ReportArgs),
-    /// lib, service and report in one go.
+    /// lib, service and report in one go (not the soak; with --quick, a short soak too).
     All(AllArgs),
 }
 
@@ -69,25 +75,43 @@ struct ServiceArgs {
 }
 
 #[derive(Debug, Args)]
+struct SoakArgs {
+    /// Minutes of full load [default: 10; 0.1 with --quick].
+    #[arg(long)]
+    minutes: Option<f64>,
+    /// Seconds per chunk of load, one VmRSS sample after each [default: 10; 1 with --quick].
+    #[arg(long)]
+    sample_secs: Option<u64>,
+    /// A smoke run of a few seconds (0.1 minutes, 1 s chunks) [default OUT: target/compare/quick].
+    #[arg(long)]
+    quick: bool,
+    /// Directory for soak.json [default: target/compare].
+    #[arg(long)]
+    out: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
 struct ReportArgs {
-    /// Directory holding lib.json and service.json [default: target/compare].
+    /// Directory holding lib.json, service.json and soak.json [default: target/compare].
     #[arg(long, alias = "out")]
     dir: Option<PathBuf>,
-    /// Where to write the markdown [default: DIR/BENCHMARKS.md].
+    /// Where to write the markdown [default: BENCHMARKS.md at the repository root; with --dir,
+    /// DIR/BENCHMARKS.md].
     #[arg(long)]
     markdown: Option<PathBuf>,
-    /// Where to write the SVG charts [default: DIR].
+    /// Where to write the SVG charts [default: docs/bench; with --dir, DIR].
     #[arg(long)]
     charts: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
 struct AllArgs {
-    /// A smoke run in well under a minute (0.2 s measurements, 1 round); writes everything into
-    /// OUT, never into BENCHMARKS.md or docs/bench.
+    /// A smoke run in well under a minute (0.2 s measurements, 1 round, `soak --quick`); writes
+    /// everything into OUT, never into BENCHMARKS.md or docs/bench.
     #[arg(long)]
     quick: bool,
-    /// Directory for the JSON results (and, with --quick, the report) [default: target/compare].
+    /// Directory for the JSON results (and, with --quick, the report) [default: target/compare;
+    /// with --quick, target/compare/quick].
     #[arg(long)]
     out: Option<PathBuf>,
 }
@@ -100,14 +124,22 @@ fn root() -> PathBuf {
         .to_owned()
 }
 
-fn out_dir(out: Option<PathBuf>) -> Result<PathBuf> {
-    let dir = out.unwrap_or_else(|| root().join("target/compare"));
+/// `out`, or `target/compare` (`target/compare/quick` for a smoke run, so that it never
+/// replaces the results of a full run), created if missing.
+fn out_dir(out: Option<PathBuf>, quick: bool) -> Result<PathBuf> {
+    let dir = out.unwrap_or_else(|| {
+        root().join(if quick {
+            "target/compare/quick"
+        } else {
+            "target/compare"
+        })
+    });
     std::fs::create_dir_all(&dir)?;
     Ok(dir)
 }
 
 fn lib(args: LibArgs) -> Result<()> {
-    let dir = out_dir(args.out)?;
+    let dir = out_dir(args.out, false)?;
     let run = lib_bench::run(args.secs, args.rounds, &args.threads, args.sample)?;
     run.save(&dir.join("lib.json"))?;
     eprintln!(
@@ -119,7 +151,7 @@ fn lib(args: LibArgs) -> Result<()> {
 }
 
 fn service(args: ServiceArgs) -> Result<()> {
-    let dir = out_dir(args.out)?;
+    let dir = out_dir(args.out, false)?;
     let run = service::run(&root(), args.secs, args.rounds)?;
     run.save(&dir.join("service.json"))?;
     eprintln!(
@@ -130,19 +162,51 @@ fn service(args: ServiceArgs) -> Result<()> {
     Ok(())
 }
 
+fn soak(args: SoakArgs) -> Result<()> {
+    let dir = out_dir(args.out, args.quick)?;
+    let (minutes, sample_secs) = if args.quick {
+        (0.1, 1)
+    } else {
+        (soak::DEFAULT_MINUTES, soak::DEFAULT_SAMPLE_SECS)
+    };
+    let soak = soak::run(
+        &root(),
+        args.minutes.unwrap_or(minutes),
+        args.sample_secs.unwrap_or(sample_secs),
+    )?;
+    soak.save(&dir.join("soak.json"))?;
+    eprintln!(
+        "soak: wrote {} ({:.0} s); VmRSS idle {:.0} KiB, end {:.0} KiB, {:+.0} KiB ({:+.1}%) since {:.0} s",
+        dir.join("soak.json").display(),
+        soak.wall_secs,
+        soak.idle_rss_kib,
+        soak.end_rss_kib,
+        soak.growth.kib,
+        soak.growth.pct,
+        soak.growth.warm_elapsed_secs
+    );
+    Ok(())
+}
+
 fn main() -> Result<()> {
     match Cli::parse().command {
         Cmd::Lib(a) => lib(a),
         Cmd::Service(a) => service(a),
+        Cmd::Soak(a) => soak(a),
         Cmd::Report(a) => {
-            let dir = out_dir(a.dir)?;
-            let markdown = a.markdown.unwrap_or_else(|| dir.join("BENCHMARKS.md"));
-            let charts = a.charts.unwrap_or_else(|| dir.clone());
-            report::write(&dir, &markdown, &charts, FULL_COMMAND)
+            // Without --dir: the repository's report, as `all` writes it.
+            let (markdown, charts) = match &a.dir {
+                None => (root().join("BENCHMARKS.md"), root().join("docs/bench")),
+                Some(dir) => (dir.join("BENCHMARKS.md"), dir.clone()),
+            };
+            let dir = out_dir(a.dir, false)?;
+            let markdown = a.markdown.unwrap_or(markdown);
+            let charts = a.charts.unwrap_or(charts);
+            report::write(&dir, &markdown, &charts, FULL_COMMAND, SOAK_COMMAND)
         }
         Cmd::All(a) => {
             let started = Instant::now();
-            let dir = out_dir(a.out)?;
+            let dir = out_dir(a.out, a.quick)?;
             let (lib_secs, svc_secs, rounds) = if a.quick {
                 (0.2, 0.2, 1)
             } else {
@@ -160,12 +224,21 @@ fn main() -> Result<()> {
                 rounds,
                 out: Some(dir.clone()),
             })?;
+            // The full soak takes 10 minutes and is its own command; the smoke run exercises it.
+            if a.quick {
+                soak(SoakArgs {
+                    minutes: None,
+                    sample_secs: None,
+                    quick: true,
+                    out: Some(dir.clone()),
+                })?;
+            }
             let (markdown, charts) = if a.quick {
                 (dir.join("BENCHMARKS.md"), dir.clone())
             } else {
                 (root().join("BENCHMARKS.md"), root().join("docs/bench"))
             };
-            report::write(&dir, &markdown, &charts, FULL_COMMAND)?;
+            report::write(&dir, &markdown, &charts, FULL_COMMAND, SOAK_COMMAND)?;
             eprintln!("all: done in {:.0} s", started.elapsed().as_secs_f64());
             Ok(())
         }

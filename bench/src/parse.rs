@@ -90,20 +90,28 @@ pub fn pgbench(text: &str) -> Result<Pgbench> {
 /// What wrk reports.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Wrk {
+    /// Requests completed (`N requests in Xs`), whatever their status.
+    pub requests: u64,
     pub requests_per_sec: f64,
     pub non_2xx: u64,
     pub socket_errors: u64,
 }
 
-/// Reads `Requests/sec:  N`, `Non-2xx or 3xx responses: N` and
+/// Reads `N requests in Xs`, `Requests/sec:  N`, `Non-2xx or 3xx responses: N` and
 /// `Socket errors: connect A, read B, write C, timeout D`.
 pub fn wrk(text: &str) -> Result<Wrk> {
+    let mut requests = 0;
     let mut rps = None;
     let mut non_2xx = 0;
     let mut socket_errors = 0;
     for line in text.lines().map(str::trim) {
         if let Some(rest) = line.strip_prefix("Requests/sec:") {
             rps = Some(first_number(rest).context("Requests/sec line")?);
+        } else if let Some((n, _)) = line.split_once(" requests in ") {
+            requests = n
+                .trim()
+                .parse()
+                .with_context(|| format!("bad line {line:?}"))?;
         } else if let Some(rest) = line.strip_prefix("Non-2xx or 3xx responses:") {
             non_2xx = first_number(rest).map_or(0, |v| v as u64);
         } else if let Some(rest) = line.strip_prefix("Socket errors:") {
@@ -115,6 +123,7 @@ pub fn wrk(text: &str) -> Result<Wrk> {
         }
     }
     Ok(Wrk {
+        requests,
         requests_per_sec: rps
             .ok_or_else(|| anyhow!("wrk printed no Requests/sec line: {text:?}"))?,
         non_2xx,
@@ -125,6 +134,11 @@ pub fn wrk(text: &str) -> Result<Wrk> {
 /// The parts of `snowflake bench --json` we use.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 pub struct SfBench {
+    /// Requests measured and IDs received (checked by the client).
+    #[serde(default)]
+    pub requests: u64,
+    #[serde(default)]
+    pub ids: u64,
     pub requests_per_sec: f64,
     pub ids_per_sec: f64,
     pub errors_total: u64,
@@ -230,6 +244,7 @@ Transfer/sec:      6.56MB
         assert_eq!(
             w,
             Wrk {
+                requests: 55694,
                 requests_per_sec: 50587.77,
                 non_2xx: 7,
                 socket_errors: 3
@@ -243,6 +258,7 @@ Transfer/sec:      6.56MB
         let text = r#"{"protocol":"http","addr":"127.0.0.1:18080","connections":50,"batch":1,"offered_rate":null,"stopped_by":"duration","elapsed_secs":1.0,"requests":44144,"requests_ok":44144,"requests_failed":0,"errors_total":0,"errors":{},"ids":44144,"requests_per_sec":44074.7,"ids_per_sec":44074.7,"latency_us":{"samples":44144,"p50":943,"p90":1271,"p99":5535,"p99_9":16767,"max":16959}}"#;
         let b = sf_bench(text).unwrap();
         assert_eq!(b.ids_per_sec, 44074.7);
+        assert_eq!((b.requests, b.ids, b.errors_total), (44144, 44144, 0));
         assert_eq!(b.latency_us.p99, 5535.0);
     }
 }

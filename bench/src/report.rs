@@ -1,8 +1,9 @@
-//! `report`: markdown tables and SVG charts from the JSON of `lib` and `service`.
+//! `report`: markdown tables and SVG charts from the JSON of `lib`, `service` and `soak`.
 
 use crate::lib_bench::{CLOCK, OURS};
-use crate::model::{Machine, Measurement, Run};
+use crate::model::{Machine, Measurement, Run, median};
 use crate::service::{CONNECTIONS, REDIS, WRK};
+use crate::soak::{self, Soak};
 use anyhow::Result;
 use std::fmt::Write as _;
 use std::path::Path;
@@ -105,8 +106,12 @@ fn params(run: &Run, group: &str) -> Vec<String> {
     out
 }
 
-fn machine_section(out: &mut String, lib: Option<&Run>, svc: Option<&Run>) {
-    let m: Machine = lib.or(svc).map(|r| r.machine.clone()).unwrap_or_default();
+fn machine_section(out: &mut String, lib: Option<&Run>, svc: Option<&Run>, soak: Option<&Soak>) {
+    let m: Machine = lib
+        .or(svc)
+        .map(|r| r.machine.clone())
+        .or_else(|| soak.map(|s| s.machine.clone()))
+        .unwrap_or_default();
     let _ = writeln!(out, "## Machine\n");
     let _ = writeln!(out, "- CPU: {} ({} cores visible)", m.cpu, m.cores);
     let _ = writeln!(out, "- Kernel: {}", m.kernel);
@@ -313,6 +318,149 @@ fn service_section(out: &mut String, svc: &Run, charts_link: &str) {
     out.push('\n');
 }
 
+/// `KiB` with thousands separators.
+fn kib(v: f64) -> String {
+    format!("{} KiB", count(v))
+}
+
+/// The soak: what was run, one row of VmRSS, one row per protocol, the chart; or, without a
+/// soak, how to produce one.
+fn soak_section(out: &mut String, soak: Option<&Soak>, charts_link: &str, soak_command: &str) {
+    let _ = writeln!(
+        out,
+        "## Memory over a soak
+"
+    );
+    let Some(soak) = soak else {
+        let _ = writeln!(
+            out,
+            "No soak results (`soak.json`) yet: `all` leaves out the {}-minute soak at full load. Produce it, then this section, with\n\n```sh\n{soak_command}\n```\n",
+            soak::DEFAULT_MINUTES
+        );
+        return;
+    };
+    let protocols = ["http", "grpc", "thrift"];
+    let chunks = |p: &str| soak.of(p).count();
+    let m = &soak.machine;
+    let _ = writeln!(
+        out,
+        "`snowflake serve --worker-threads 1` on loopback, started by the harness, at full load for {} min: {} consecutive chunks of {} s at {} connections, single IDs over HTTP with `wrk -t1 -c{}` ({} chunks) and, in every {}, one chunk of gRPC `NextId` ({}) and one of Thrift `get_id` ({}) with `snowflake bench -c {}`. VmRSS is read from `/proc` once the server is ready (idle), after every chunk, and every 250 ms during it (under load). The growth runs from the first sample at least {} s into the load (after warm-up; the 2nd sample in a shorter soak) to the last one, which is always an HTTP chunk. Run on {}, took {:.0} s; load average before {} / after {}.\n",
+        num(soak.minutes),
+        soak.samples.len(),
+        soak.sample_secs,
+        soak.connections,
+        soak.connections,
+        chunks("http"),
+        soak::CYCLE,
+        chunks("grpc"),
+        chunks("thrift"),
+        soak.connections,
+        soak::WARM_SECS,
+        m.date,
+        soak.wall_secs,
+        m.loadavg_before,
+        m.loadavg_after
+    );
+    let g = &soak.growth;
+    let sign = if g.kib > 0.0 { "+" } else { "" };
+    out.push_str(&table(
+        &[
+            "idle",
+            &format!("after warm-up ({:.0} s)", g.warm_elapsed_secs),
+            &format!("end ({:.0} s)", g.end_elapsed_secs),
+            "growth, warm-up to end",
+            "peak (VmHWM)",
+            "minutes",
+            "IDs issued",
+            "errors",
+        ],
+        &[vec![
+            kib(soak.idle_rss_kib),
+            kib(g.warm_rss_kib),
+            kib(soak.end_rss_kib),
+            format!("{sign}{} ({sign}{:.1}%)", kib(g.kib), g.pct),
+            kib(soak.peak_rss_kib),
+            num(soak.minutes),
+            count(soak.total_ids as f64),
+            count(soak.total_errors as f64),
+        ]],
+    ));
+    if let Some(i) = soak::steady_from(&soak.samples) {
+        let last = soak.samples.len() - 1;
+        let (from, end) = (&soak.samples[i], &soak.samples[last]);
+        if i < last {
+            let _ = writeln!(
+                out,
+                "\nVmRSS reached its end value with the {} chunk that ended at {:.0} s and did not change over the last {} samples ({:.0} s).",
+                match from.protocol.as_str() {
+                    "grpc" => "gRPC",
+                    "thrift" => "Thrift",
+                    _ => "HTTP",
+                },
+                from.elapsed_secs,
+                last - i + 1,
+                end.elapsed_secs - from.elapsed_secs
+            );
+        } else {
+            let _ = writeln!(out, "\nVmRSS still changed at the last sample.");
+        }
+    }
+    out.push('\n');
+    let rows: Vec<Vec<String>> = protocols
+        .iter()
+        .filter(|p| chunks(p) > 0)
+        .map(|p| {
+            let rps: Vec<f64> = soak.of(p).map(|s| s.requests_per_sec).collect();
+            let rss: Vec<f64> = soak.of(p).map(|s| s.rss_kib).collect();
+            let min = |v: &[f64]| v.iter().copied().fold(f64::INFINITY, f64::min);
+            let max = |v: &[f64]| v.iter().copied().fold(0.0_f64, f64::max);
+            vec![
+                (*p).to_owned(),
+                chunks(p).to_string(),
+                num(min(&rps)),
+                num(median(&rps)),
+                num(max(&rps)),
+                count(soak.of(p).map(|s| s.ids as f64).sum()),
+                count(soak.of(p).map(|s| s.errors as f64).sum()),
+                if min(&rss) == max(&rss) {
+                    count(min(&rss))
+                } else {
+                    format!("{} – {}", count(min(&rss)), count(max(&rss)))
+                },
+                count(
+                    soak.of(p)
+                        .map(|s| s.rss_under_load_kib)
+                        .fold(0.0_f64, f64::max),
+                ),
+            ]
+        })
+        .collect();
+    out.push_str(&table(
+        &[
+            "protocol",
+            "chunks",
+            "requests/s, min",
+            "median",
+            "max",
+            "IDs issued",
+            "errors",
+            "VmRSS after a chunk, KiB",
+            "highest under load, KiB",
+        ],
+        &rows,
+    ));
+    let _ = writeln!(
+        out,
+        "\n![VmRSS and requests/s over the soak]({charts_link}/soak-rss.svg)\n"
+    );
+    for n in &soak.notes {
+        let _ = writeln!(out, "- {n}");
+    }
+    if !soak.notes.is_empty() {
+        out.push('\n');
+    }
+}
+
 /// The performance targets (the product's envelope) against this run's numbers.
 fn targets_section(out: &mut String, lib: Option<&Run>, svc: Option<&Run>) {
     let mut rows = Vec::new();
@@ -375,7 +523,14 @@ fn targets_section(out: &mut String, lib: Option<&Run>, svc: Option<&Run>) {
 }
 
 /// The whole markdown document.
-pub fn markdown(lib: Option<&Run>, svc: Option<&Run>, charts_link: &str, command: &str) -> String {
+pub fn markdown(
+    lib: Option<&Run>,
+    svc: Option<&Run>,
+    soak: Option<&Soak>,
+    charts_link: &str,
+    command: &str,
+    soak_command: &str,
+) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "# Benchmarks\n");
     let _ = writeln!(
@@ -386,7 +541,12 @@ pub fn markdown(lib: Option<&Run>, svc: Option<&Run>, charts_link: &str, command
         out,
         "It builds what it needs, installs missing tools (redis-server, redis-tools, wrk, postgresql) with apt-get, starts every server itself on loopback, and rewrites this file and `docs/bench/*.svg`. Numbers are medians of interleaved rounds in one run on one machine; ratios compare numbers from that same run. The machine below is shared: see the load averages.\n"
     );
-    machine_section(&mut out, lib, svc);
+    let _ = writeln!(
+        out,
+        "The memory soak ({} minutes at full load) is not part of `all`; `soak` writes `target/compare/soak.json`, and `report` (as `all`) rewrites this file from the results there:\n\n```sh\n{soak_command}\n```\n",
+        soak::DEFAULT_MINUTES
+    );
+    machine_section(&mut out, lib, svc, soak);
     targets_section(&mut out, lib, svc);
     if let Some(lib) = lib {
         lib_section(&mut out, lib, charts_link);
@@ -394,6 +554,7 @@ pub fn markdown(lib: Option<&Run>, svc: Option<&Run>, charts_link: &str, command
     if let Some(svc) = svc {
         service_section(&mut out, svc, charts_link);
     }
+    soak_section(&mut out, soak, charts_link, soak_command);
     let notes: Vec<&String> = [lib, svc]
         .into_iter()
         .flatten()
@@ -409,9 +570,15 @@ pub fn markdown(lib: Option<&Run>, svc: Option<&Run>, charts_link: &str, command
     out
 }
 
-/// Reads `lib.json` and `service.json` from `dir` (either may be missing), writes the markdown
-/// to `markdown_path` and the charts into `charts_dir`.
-pub fn write(dir: &Path, markdown_path: &Path, charts_dir: &Path, command: &str) -> Result<()> {
+/// Reads `lib.json`, `service.json` and `soak.json` from `dir` (any may be missing, not all),
+/// writes the markdown to `markdown_path` and the charts into `charts_dir`.
+pub fn write(
+    dir: &Path,
+    markdown_path: &Path,
+    charts_dir: &Path,
+    command: &str,
+    soak_command: &str,
+) -> Result<()> {
     let load = |name: &str| -> Result<Option<Run>> {
         let p = dir.join(name);
         if p.exists() {
@@ -422,9 +589,15 @@ pub fn write(dir: &Path, markdown_path: &Path, charts_dir: &Path, command: &str)
     };
     let lib = load("lib.json")?;
     let svc = load("service.json")?;
+    let soak_path = dir.join("soak.json");
+    let soak = if soak_path.exists() {
+        Some(Soak::load(&soak_path)?)
+    } else {
+        None
+    };
     anyhow::ensure!(
-        lib.is_some() || svc.is_some(),
-        "neither lib.json nor service.json in {}",
+        lib.is_some() || svc.is_some() || soak.is_some(),
+        "none of lib.json, service.json and soak.json in {}",
         dir.display()
     );
     std::fs::create_dir_all(charts_dir)?;
@@ -435,8 +608,18 @@ pub fn write(dir: &Path, markdown_path: &Path, charts_dir: &Path, command: &str)
         crate::charts::connections(svc, &charts_dir.join("service-connections.svg"))?;
         crate::charts::latency(svc, &charts_dir.join("service-latency.svg"))?;
     }
+    if let Some(soak) = &soak {
+        crate::charts::soak(soak, &charts_dir.join("soak-rss.svg"))?;
+    }
     let link = relative_link(markdown_path, charts_dir);
-    let md = markdown(lib.as_ref(), svc.as_ref(), &link, command);
+    let md = markdown(
+        lib.as_ref(),
+        svc.as_ref(),
+        soak.as_ref(),
+        &link,
+        command,
+        soak_command,
+    );
     if let Some(parent) = markdown_path.parent() {
         std::fs::create_dir_all(parent)?;
     }
@@ -512,7 +695,14 @@ mod tests {
         let mut svc = Run::new("service", 1.0, 1);
         svc.record("single-id", REDIS, "c=50", "IDs/s", 100_000.0);
         svc.record("single-id", WRK, "c=50", "IDs/s", 150_000.0);
-        let md = markdown(Some(&lib), Some(&svc), "docs/bench", "cmd");
+        let md = markdown(
+            Some(&lib),
+            Some(&svc),
+            None,
+            "docs/bench",
+            "cmd",
+            "soak-cmd",
+        );
         assert!(
             md.contains("| **snowflake-core (ours)** | 4,095,000 | 4,000,000 | 25.0 | 1.00× |"),
             "{md}"
@@ -530,5 +720,75 @@ mod tests {
             "{md}"
         );
         assert!(md.contains("![IDs/s versus threads](docs/bench/lib-threads.svg)"));
+        // Without soak.json, the soak section says how to produce it.
+        assert!(
+            md.contains("## Memory over a soak\n\nNo soak results (`soak.json`) yet"),
+            "{md}"
+        );
+        assert!(md.contains("```sh\nsoak-cmd\n```"), "{md}");
+    }
+
+    #[test]
+    fn soak_tables_from_a_small_soak() {
+        use crate::soak::tests::sample;
+        let samples = vec![
+            sample(10.0, "http", 90_000.0, 9_000.0),
+            sample(61.0, "http", 100_000.0, 10_000.0),
+            sample(70.0, "grpc", 35_000.0, 10_400.0),
+            sample(80.0, "http", 95_000.0, 10_100.0),
+            sample(90.0, "thrift", 110_000.0, 10_200.0),
+            sample(100.0, "http", 98_000.0, 10_250.0),
+        ];
+        let mut soak = Soak {
+            minutes: 1.5,
+            sample_secs: 10,
+            connections: 50,
+            idle_rss_kib: 8_380.0,
+            end_rss_kib: 10_250.0,
+            peak_rss_kib: 10_600.0,
+            growth: crate::soak::growth(&samples, 60.0).unwrap(),
+            total_ids: samples.iter().map(|s| s.ids).sum(),
+            total_errors: 3,
+            samples,
+            ..Soak::default()
+        };
+        soak.samples[3].errors = 3;
+        let mut md = String::new();
+        soak_section(&mut md, Some(&soak), "docs/bench", "soak-cmd");
+        assert!(
+            md.contains(
+                "| idle | after warm-up (61 s) | end (100 s) | growth, warm-up to end | peak (VmHWM) | minutes | IDs issued | errors |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n| 8,380 KiB | 10,000 KiB | 10,250 KiB | +250 KiB (+2.5%) | 10,600 KiB | 1.5 | 528,000 | 3 |\n"
+            ),
+            "{md}"
+        );
+        assert!(
+            md.contains(
+                "| http | 4 | 90,000 | 96,500 | 100,000 | 383,000 | 3 | 9,000 – 10,250 | 10,350 |"
+            ),
+            "{md}"
+        );
+        assert!(
+            md.contains("| grpc | 1 | 35,000 | 35,000 | 35,000 | 35,000 | 0 | 10,400 | 10,500 |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("6 consecutive chunks of 10 s at 50 connections"),
+            "{md}"
+        );
+        assert!(md.contains("(4 chunks)"), "{md}");
+        assert!(md.contains("![VmRSS and requests/s over the soak](docs/bench/soak-rss.svg)"));
+        soak.samples.push(sample(110.0, "http", 98_000.0, 10_250.0));
+        let mut md = String::new();
+        soak_section(&mut md, Some(&soak), ".", "soak-cmd");
+        assert!(
+            md.contains("reached its end value with the HTTP chunk that ended at 100 s and did not change over the last 2 samples (10 s)."),
+            "{md}"
+        );
+        // A shrinking RSS has no plus sign.
+        soak.growth.kib = -50.0;
+        soak.growth.pct = -0.5;
+        let mut md = String::new();
+        soak_section(&mut md, Some(&soak), ".", "soak-cmd");
+        assert!(md.contains("| -50 KiB (-0.5%) |"), "{md}");
     }
 }

@@ -55,8 +55,7 @@ fn pg_bin_dir() -> Option<PathBuf> {
 
 /// Installs missing tools with apt-get, or fails saying what is missing: never skips.
 pub fn ensure_tools() -> Result<PathBuf> {
-    let mut missing = Vec::new();
-    for (bin, pkg) in [
+    let mut missing = missing_packages(&[
         ("redis-server", "redis-server"),
         ("redis-benchmark", "redis-tools"),
         ("redis-cli", "redis-tools"),
@@ -64,29 +63,47 @@ pub fn ensure_tools() -> Result<PathBuf> {
         ("pgbench", "postgresql-client"),
         ("psql", "postgresql-client"),
         ("runuser", "util-linux"),
-    ] {
+    ]);
+    if pg_bin_dir().is_none() {
+        missing.push("postgresql");
+    }
+    apt_install("service", &missing)?;
+    pg_bin_dir().context("PostgreSQL server binaries (initdb) still missing after install")
+}
+
+/// `wrk`, installed with apt-get if it is missing (all `soak` needs besides our binary).
+pub fn ensure_wrk() -> Result<()> {
+    apt_install("soak", &missing_packages(&[("wrk", "wrk")]))
+}
+
+/// The packages of the `(binary, package)` pairs whose binary is not on PATH.
+fn missing_packages<'a>(tools: &[(&str, &'a str)]) -> Vec<&'a str> {
+    let mut missing = Vec::new();
+    for &(bin, pkg) in tools {
         if !on_path(bin) && !missing.contains(&pkg) {
             missing.push(pkg);
         }
     }
-    if pg_bin_dir().is_none() {
-        missing.push("postgresql");
+    missing
+}
+
+fn apt_install(who: &str, missing: &[&str]) -> Result<()> {
+    if missing.is_empty() {
+        return Ok(());
     }
-    if !missing.is_empty() {
-        eprintln!("service: installing {missing:?} with apt-get");
-        let is_root = run_cmd(Command::new("id").arg("-u")).is_ok_and(|s| s.trim() == "0");
-        if !is_root {
-            bail!("missing {missing:?}: run as root (or install them) so apt-get can install them");
-        }
-        run_cmd(Command::new("apt-get").args(["update", "-qq"]))?;
-        run_cmd(
-            Command::new("apt-get")
-                .env("DEBIAN_FRONTEND", "noninteractive")
-                .args(["install", "-y", "-qq", "--no-install-recommends"])
-                .args(&missing),
-        )?;
+    eprintln!("{who}: installing {missing:?} with apt-get");
+    let is_root = run_cmd(Command::new("id").arg("-u")).is_ok_and(|s| s.trim() == "0");
+    if !is_root {
+        bail!("missing {missing:?}: run as root (or install them) so apt-get can install them");
     }
-    pg_bin_dir().context("PostgreSQL server binaries (initdb) still missing after install")
+    run_cmd(Command::new("apt-get").args(["update", "-qq"]))?;
+    run_cmd(
+        Command::new("apt-get")
+            .env("DEBIAN_FRONTEND", "noninteractive")
+            .args(["install", "-y", "-qq", "--no-install-recommends"])
+            .args(missing),
+    )?;
+    Ok(())
 }
 
 fn free_port() -> Result<u16> {
@@ -95,13 +112,20 @@ fn free_port() -> Result<u16> {
 
 /// VmRSS of a process in KiB.
 pub fn rss_kib(pid: u32) -> Result<f64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
-    parse_vmrss(&status).context("no VmRSS line")
+    status_kib(pid, "VmRSS")
 }
 
-pub fn parse_vmrss(status: &str) -> Option<f64> {
+/// A `KEY: N kB` line of `/proc/PID/status` (e.g. `VmRSS`, `VmHWM`) in KiB.
+pub fn status_kib(pid: u32, key: &str) -> Result<f64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .with_context(|| format!("reading /proc/{pid}/status"))?;
+    parse_status_kib(&status, key).with_context(|| format!("no {key} line for pid {pid}"))
+}
+
+pub fn parse_status_kib(status: &str, key: &str) -> Option<f64> {
     status.lines().find_map(|l| {
-        l.strip_prefix("VmRSS:")?
+        l.strip_prefix(key)?
+            .strip_prefix(':')?
             .split_whitespace()
             .next()?
             .parse()
@@ -136,6 +160,114 @@ fn wait_until(what: &str, timeout: Duration, mut ready: impl FnMut() -> bool) ->
     Ok(())
 }
 
+/// `snowflake serve --worker-threads 1` on loopback with free ports, its state directory and
+/// log in a directory of the caller's; stopped (TERM, then KILL after 5 s) on drop.
+pub struct SfServer {
+    child: Child,
+    log: PathBuf,
+    pub http_port: u16,
+    pub grpc_port: u16,
+    pub thrift_port: u16,
+}
+
+impl SfServer {
+    /// Starts the server with its state in `dir/state` and its log in `dir/serve.log`, and waits
+    /// until `/readyz` answers.
+    pub fn start(bin: &Path, dir: &Path) -> Result<SfServer> {
+        let (http_port, grpc_port, thrift_port) = (free_port()?, free_port()?, free_port()?);
+        let log = dir.join("serve.log");
+        let child = Command::new(bin)
+            .arg("serve")
+            .args(["--http-addr", &format!("127.0.0.1:{http_port}")])
+            .args(["--grpc-addr", &format!("127.0.0.1:{grpc_port}")])
+            .args(["--thrift-addr", &format!("127.0.0.1:{thrift_port}")])
+            .arg("--state-dir")
+            .arg(dir.join("state"))
+            .args([
+                "--worker-threads",
+                "1",
+                "--datacenter-id",
+                "1",
+                "--worker-id",
+                "1",
+            ])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log)?)
+            .spawn()
+            .context("starting snowflake serve")?;
+        // Constructed before waiting, so a server that never gets ready is stopped on drop.
+        let mut sf = SfServer {
+            child,
+            log,
+            http_port,
+            grpc_port,
+            thrift_port,
+        };
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while !http_ok(http_port, "/readyz") {
+            sf.check_running()?;
+            if Instant::now() > deadline {
+                bail!("snowflake serve not ready after 15 s: {}", sf.log_tail());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Ok(sf)
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// The port of a `snowflake bench --protocol` (`http`, `grpc` or `thrift`).
+    pub fn port(&self, protocol: &str) -> u16 {
+        match protocol {
+            "grpc" => self.grpc_port,
+            "thrift" => self.thrift_port,
+            _ => self.http_port,
+        }
+    }
+
+    /// An error (with the end of the server's log) if the server has exited.
+    pub fn check_running(&mut self) -> Result<()> {
+        match self.child.try_wait()? {
+            None => Ok(()),
+            Some(status) => bail!("snowflake serve exited ({status}): {}", self.log_tail()),
+        }
+    }
+
+    fn log_tail(&self) -> String {
+        let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let lines: Vec<&str> = log.lines().collect();
+        lines[lines.len().saturating_sub(20)..].join("\n")
+    }
+}
+
+impl Drop for SfServer {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline && matches!(self.child.try_wait(), Ok(None)) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `wrk -t1 -cN -dSs` against our server's `GET /v1/id`.
+pub fn wrk(http_port: u16, connections: u32, secs: u64) -> Result<parse::Wrk> {
+    let out = run_cmd(Command::new("wrk").args([
+        "-t1",
+        &format!("-c{connections}"),
+        &format!("-d{secs}s"),
+        &format!("http://127.0.0.1:{http_port}/v1/id"),
+    ]))?;
+    parse::wrk(&out)
+}
+
 /// Redis, PostgreSQL and our server, stopped (and their directories removed) on drop.
 struct Services {
     work: tempfile::TempDir,
@@ -144,10 +276,7 @@ struct Services {
     redis_port: u16,
     pg_data: Option<PathBuf>,
     pg_port: u16,
-    sf: Option<Child>,
-    http_port: u16,
-    grpc_port: u16,
-    thrift_port: u16,
+    sf: Option<SfServer>,
 }
 
 impl Services {
@@ -165,9 +294,6 @@ impl Services {
             pg_data: None,
             pg_port: free_port()?,
             sf: None,
-            http_port: free_port()?,
-            grpc_port: free_port()?,
-            thrift_port: free_port()?,
         };
         let dir = s.work.path().to_owned();
 
@@ -222,38 +348,13 @@ impl Services {
         )?;
         std::fs::write(dir.join("nextval.sql"), "SELECT nextval('s');\n")?;
 
-        let sf_log = std::fs::File::create(dir.join("serve.log"))?;
-        s.sf = Some(
-            Command::new(sf_bin)
-                .arg("serve")
-                .args(["--http-addr", &format!("127.0.0.1:{}", s.http_port)])
-                .args(["--grpc-addr", &format!("127.0.0.1:{}", s.grpc_port)])
-                .args(["--thrift-addr", &format!("127.0.0.1:{}", s.thrift_port)])
-                .arg("--state-dir")
-                .arg(dir.join("state"))
-                .args([
-                    "--worker-threads",
-                    "1",
-                    "--datacenter-id",
-                    "1",
-                    "--worker-id",
-                    "1",
-                ])
-                .stdout(Stdio::null())
-                .stderr(sf_log)
-                .spawn()
-                .context("starting snowflake serve")?,
-        );
+        s.sf = Some(SfServer::start(sf_bin, &dir)?);
         let redis_port = s.redis_port;
         wait_until("redis-server", Duration::from_secs(10), || {
             Command::new("redis-cli")
                 .args(["-p", &redis_port.to_string(), "ping"])
                 .output()
                 .is_ok_and(|o| o.stdout.starts_with(b"PONG"))
-        })?;
-        let http_port = s.http_port;
-        wait_until("snowflake serve", Duration::from_secs(15), || {
-            http_ok(http_port, "/readyz")
         })?;
         Ok(s)
     }
@@ -312,18 +413,16 @@ impl Services {
         parse::pgbench(&out)
     }
 
+    fn sf(&self) -> &SfServer {
+        self.sf.as_ref().expect("started in Services::start")
+    }
+
     fn wrk(&self, connections: u32, secs: u64) -> Result<parse::Wrk> {
-        let out = run_cmd(Command::new("wrk").args([
-            "-t1",
-            &format!("-c{connections}"),
-            &format!("-d{secs}s"),
-            &format!("http://127.0.0.1:{}/v1/id", self.http_port),
-        ]))?;
-        parse::wrk(&out)
+        wrk(self.sf().http_port, connections, secs)
     }
 
     fn sf_pid(&self) -> u32 {
-        self.sf.as_ref().map_or(0, Child::id)
+        self.sf().pid()
     }
 
     fn redis_pid(&self) -> u32 {
@@ -333,17 +432,8 @@ impl Services {
 
 impl Drop for Services {
     fn drop(&mut self) {
-        if let Some(mut sf) = self.sf.take() {
-            let _ = Command::new("kill")
-                .args(["-TERM", &sf.id().to_string()])
-                .status();
-            let deadline = Instant::now() + Duration::from_secs(5);
-            while Instant::now() < deadline && matches!(sf.try_wait(), Ok(None)) {
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            let _ = sf.kill();
-            let _ = sf.wait();
-        }
+        // Our server first (TERM, then KILL), as before its state directory goes.
+        drop(self.sf.take());
         if let Some(mut redis) = self.redis.take() {
             let _ = redis.kill();
             let _ = redis.wait();
@@ -363,7 +453,7 @@ impl Drop for Services {
 }
 
 /// `snowflake bench` against our server.
-fn sf_bench(
+pub fn sf_bench(
     bin: &Path,
     protocol: &str,
     port: u16,
@@ -452,12 +542,7 @@ pub fn run(root: &Path, secs: f64, rounds: usize) -> Result<Run> {
     let mut errors: Vec<String> = Vec::new();
     let mut sf =
         |run: &mut Run, group: &str, subject: &str, protocol: &str, args: &[&str]| -> Result<()> {
-            let port = match protocol {
-                "grpc" => svc.grpc_port,
-                "thrift" => svc.thrift_port,
-                _ => svc.http_port,
-            };
-            let r = sf_bench(&bin, protocol, port, args, secs)?;
+            let r = sf_bench(&bin, protocol, svc.sf().port(protocol), args, secs)?;
             if r.errors_total > 0 {
                 errors.push(format!("{subject}: {} errors in one round", r.errors_total));
             }
@@ -572,7 +657,7 @@ pub fn run(root: &Path, secs: f64, rounds: usize) -> Result<Run> {
         let r = sf_bench(
             &bin,
             "http",
-            svc.http_port,
+            svc.sf().http_port,
             &["-c", "50", "--rate", &half.to_string()],
             secs,
         )?;
@@ -611,8 +696,13 @@ mod tests {
     #[test]
     fn vmrss_from_proc_status() {
         let status = "Name:\tsnowflake\nVmPeak:\t  100 kB\nVmRSS:\t    8420 kB\nThreads:\t3\n";
-        assert_eq!(parse_vmrss(status), Some(8420.0));
-        assert_eq!(parse_vmrss("Name: x\n"), None);
+        assert_eq!(parse_status_kib(status, "VmRSS"), Some(8420.0));
+        assert_eq!(parse_status_kib("Name: x\n", "VmRSS"), None);
+        assert_eq!(
+            parse_status_kib("VmHWM:\t  9000 kB\n", "VmHWM"),
+            Some(9000.0)
+        );
+        assert_eq!(parse_status_kib("VmHWMx: 1 kB\n", "VmHWM"), None);
         assert!(rss_kib(std::process::id()).unwrap() > 0.0);
     }
 }
