@@ -177,8 +177,9 @@ pub struct ServeArgs {
     pub lease_ttl_secs: Option<String>,
 
     /// How long to keep trying to claim a pinned pair that is held by another node (or to reach
-    /// etcd) before giving up, 0..=3600 s [default: the lease TTL + 2 s, so a node restarted
-    /// right after a crash gets its own pair back once the old lease expires].
+    /// etcd or ZooKeeper) before giving up, 0..=3600 s [default: the lease TTL, or the ZooKeeper
+    /// session timeout, + 2 s, so a node restarted right after a crash gets its own pair back
+    /// once the old lease or session expires].
     #[arg(
         long,
         env = "SNOWFLAKE_CLAIM_TIMEOUT_SECS",
@@ -251,8 +252,9 @@ pub struct ServeArgs {
     )]
     pub hostname: Option<String>,
 
-    /// The address other machines reach this node at (`HOST:PORT`), recorded with its claim
-    /// [default: the listeners' bound addresses].
+    /// The address other machines reach this node at (`HOST:PORT`), recorded with its claim;
+    /// with ZooKeeper, its Thrift address (the znode's data) [default: the listeners' bound
+    /// addresses].
     #[arg(
         long,
         env = "SNOWFLAKE_ADVERTISE_ADDR",
