@@ -160,6 +160,54 @@ pub fn sf_bench(text: &str) -> Result<SfBench> {
 }
 
 /// The first decimal number in `s` (skipping anything before it).
+/// What `h2load` reported.
+#[derive(Debug, Clone, PartialEq)]
+pub struct H2load {
+    /// Requests per second over the run.
+    pub requests_per_sec: f64,
+    /// Requests answered with a 2xx status.
+    pub succeeded: u64,
+    /// Requests that failed or errored.
+    pub failed: u64,
+}
+
+/// Parses `h2load`'s summary: `finished in 3.29s, 60783.95 req/s, 2.67MB/s` and
+/// `requests: 200000 total, 200000 started, 200000 done, 200000 succeeded, 0 failed, 0 errored, 0 timeout`.
+pub fn h2load(text: &str) -> Result<H2load> {
+    let mut rps = None;
+    let mut succeeded = None;
+    let mut failed = 0;
+    for line in text.lines().map(str::trim) {
+        if let Some(rest) = line.strip_prefix("finished in ") {
+            let field = rest
+                .split(',')
+                .find(|f| f.trim_end().ends_with("req/s"))
+                .ok_or_else(|| anyhow!("no req/s in {line:?}"))?;
+            rps = Some(first_number(field)?);
+        } else if let Some(rest) = line.strip_prefix("requests:") {
+            for part in rest.split(',').map(str::trim) {
+                let Some((n, what)) = part.split_once(' ') else {
+                    continue;
+                };
+                let n: u64 = n
+                    .parse()
+                    .with_context(|| format!("bad count in {line:?}"))?;
+                match what {
+                    "succeeded" => succeeded = Some(n),
+                    "failed" | "errored" | "timeout" => failed += n,
+                    _ => {}
+                }
+            }
+        }
+    }
+    Ok(H2load {
+        requests_per_sec: rps
+            .ok_or_else(|| anyhow!("h2load printed no \"finished in\" line: {text:?}"))?,
+        succeeded: succeeded.ok_or_else(|| anyhow!("h2load printed no requests line: {text:?}"))?,
+        failed,
+    })
+}
+
 fn first_number(s: &str) -> Result<f64> {
     let start = s
         .find(|c: char| c.is_ascii_digit())
@@ -260,5 +308,16 @@ Transfer/sec:      6.56MB
         assert_eq!(b.ids_per_sec, 44074.7);
         assert_eq!((b.requests, b.ids, b.errors_total), (44144, 44144, 0));
         assert_eq!(b.latency_us.p99, 5535.0);
+    }
+
+    #[test]
+    fn h2load_summary() {
+        let out = "starting benchmark...\nfinished in 3.29s, 60783.95 req/s, 2.67MB/s\n\
+                   requests: 200000 total, 200000 started, 200000 done, 199990 succeeded, 6 failed, 4 errored, 0 timeout\n\
+                   status codes: 200000 2xx, 0 3xx, 0 4xx, 0 5xx\n";
+        let h = h2load(out).unwrap();
+        assert_eq!(h.requests_per_sec, 60783.95);
+        assert_eq!((h.succeeded, h.failed), (199_990, 10));
+        assert!(h2load("nothing").is_err());
     }
 }

@@ -539,7 +539,7 @@ pub fn markdown(
     );
     let _ = writeln!(
         out,
-        "It builds what it needs, installs missing tools (redis-server, redis-tools, wrk, postgresql) with apt-get, starts every server itself on loopback, and rewrites this file and `docs/bench/*.svg`. Numbers are medians of interleaved rounds in one run on one machine; ratios compare numbers from that same run. The machine below is shared: see the load averages.\n"
+        "It builds what it needs, installs missing tools (redis-server, redis-tools, wrk, nghttp2-client, postgresql) with apt-get, starts every server itself on loopback, and rewrites this file and `docs/bench/*.svg`. Numbers are medians of interleaved rounds in one run on one machine; ratios compare numbers from that same run. The machine below is shared: see the load averages.\n"
     );
     let _ = writeln!(
         out,

@@ -60,6 +60,7 @@ pub fn ensure_tools() -> Result<PathBuf> {
         ("redis-benchmark", "redis-tools"),
         ("redis-cli", "redis-tools"),
         ("wrk", "wrk"),
+        ("h2load", "nghttp2-client"),
         ("pgbench", "postgresql-client"),
         ("psql", "postgresql-client"),
         ("runuser", "util-linux"),
@@ -266,6 +267,36 @@ pub fn wrk(http_port: u16, connections: u32, secs: u64) -> Result<parse::Wrk> {
         &format!("http://127.0.0.1:{http_port}/v1/id"),
     ]))?;
     parse::wrk(&out)
+}
+
+/// `h2load` (nghttp2's C load generator, the HTTP/2 counterpart of wrk) against our gRPC
+/// `NextId`: one stream at a time on each of N connections, the request body a gRPC frame of an
+/// empty `NextIdRequest`. It checks the HTTP status only (not `grpc-status`).
+pub fn h2load_grpc(
+    grpc_port: u16,
+    connections: u32,
+    secs: u64,
+    work: &Path,
+) -> Result<parse::H2load> {
+    let body = work.join("next-id-request.bin");
+    // Uncompressed, zero-length message.
+    std::fs::write(&body, [0u8; 5])?;
+    let out = run_cmd(Command::new("h2load").args([
+        "-c",
+        &connections.to_string(),
+        "-m",
+        "1",
+        "-D",
+        &secs.to_string(),
+        "-d",
+        &body.to_string_lossy(),
+        "-H",
+        "content-type: application/grpc",
+        "-H",
+        "te: trailers",
+        &format!("http://127.0.0.1:{grpc_port}/snowflake.v1.Snowflake/NextId"),
+    ]))?;
+    parse::h2load(&out)
 }
 
 /// Redis, PostgreSQL and our server, stopped (and their directories removed) on drop.
@@ -592,6 +623,20 @@ pub fn run(root: &Path, secs: f64, rounds: usize) -> Result<Run> {
             "grpc",
             &["-c", "50"],
         )?;
+        let h = h2load_grpc(svc.sf().port("grpc"), 50, whole, svc.work.path())?;
+        if h.failed > 0 {
+            run.notes.push(format!(
+                "h2load round {round}: {} failed requests",
+                h.failed
+            ));
+        }
+        run.record(
+            "single-id",
+            "snowflake gRPC NextId (h2load)",
+            "c=50",
+            "IDs/s",
+            h.requests_per_sec,
+        );
         sf(
             &mut run,
             "batch",
