@@ -940,6 +940,18 @@ fn parse_addr(text: &str) -> Result<Option<SocketAddr>, String> {
 /// The most etcd members one node may be given.
 const MAX_ETCD_ENDPOINTS: usize = 32;
 
+/// `HOST:PORT`: a non-empty host of letters, digits, `.-_` (or a bracketed IPv6 address) and a
+/// port in 1..=65535.
+fn is_host_port(text: &str) -> bool {
+    text.rsplit_once(':').is_some_and(|(host, port)| {
+        !host.is_empty()
+            && port.parse::<u16>().is_ok_and(|p| p > 0)
+            && host
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b".-_[]:".contains(&b))
+    })
+}
+
 /// `URL[,URL...]`: each `http://HOST:PORT` (or `HOST:PORT`, meaning http).
 fn parse_endpoints(text: &str) -> Result<Vec<String>, String> {
     let mut urls = Vec::new();
@@ -958,17 +970,7 @@ fn parse_endpoints(text: &str) -> Result<Vec<String>, String> {
         }
         let authority = item.strip_prefix("http://").unwrap_or(item);
         let authority = authority.strip_suffix('/').unwrap_or(authority);
-        let valid = match authority.rsplit_once(':') {
-            Some((host, port)) => {
-                !host.is_empty()
-                    && port.parse::<u16>().is_ok_and(|p| p > 0)
-                    && host
-                        .bytes()
-                        .all(|b| b.is_ascii_alphanumeric() || b".-_[]:".contains(&b))
-            }
-            None => false,
-        };
-        if !valid {
+        if !is_host_port(authority) {
             return Err(format!(
                 "expected http://HOST:PORT (e.g. http://127.0.0.1:2379), found {shown:?}"
             ));
@@ -1017,17 +1019,7 @@ fn parse_servers(text: &str) -> Result<Vec<String>, String> {
     let mut servers = Vec::new();
     for item in text.split(',').map(str::trim) {
         let shown: String = item.chars().take(100).collect();
-        let valid = match item.rsplit_once(':') {
-            Some((host, port)) => {
-                !host.is_empty()
-                    && port.parse::<u16>().is_ok_and(|p| p > 0)
-                    && host
-                        .bytes()
-                        .all(|b| b.is_ascii_alphanumeric() || b".-_[]:".contains(&b))
-            }
-            None => false,
-        };
-        if !valid {
+        if !is_host_port(item) {
             return Err(format!(
                 "expected HOST:PORT[,HOST:PORT...] (e.g. 127.0.0.1:2181), found {shown:?}"
             ));
@@ -1132,16 +1124,7 @@ fn parse_worker_map(
 fn parse_advertise(text: &str) -> Result<String, String> {
     let shown: String = text.chars().take(100).collect();
     match text.rsplit_once(':') {
-        Some((host, port))
-            if !host.is_empty()
-                && host.len() <= 253
-                && port.parse::<u16>().is_ok_and(|p| p > 0)
-                && host
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b".-_[]:".contains(&b)) =>
-        {
-            Ok(text.to_owned())
-        }
+        Some((host, _)) if host.len() <= 253 && is_host_port(text) => Ok(text.to_owned()),
         _ => Err(format!(
             "expected HOST:PORT (e.g. 10.0.0.7:7609 or ids-3.internal:7609), found {shown:?}"
         )),

@@ -62,6 +62,30 @@ pub struct LeaseInfo {
     pub losses: u64,
 }
 
+impl LeaseInfo {
+    /// The state label, the reason and the milliseconds left, from what a coordinator knows:
+    /// why it lost the pair (if it did), until when holding is proven, and whether the last
+    /// renewal failed. `out_of_reach` explains a deadline that passed without a renewal.
+    pub fn status(
+        lost_reason: Option<&str>,
+        until: Option<Instant>,
+        renewing: bool,
+        out_of_reach: &str,
+    ) -> (&'static str, Option<String>, u64) {
+        let remaining = until.map_or(std::time::Duration::ZERO, |u| {
+            u.saturating_duration_since(Instant::now())
+        });
+        let remaining_ms = u64::try_from(remaining.as_millis()).unwrap_or(u64::MAX);
+        let (label, reason) = match (lost_reason, remaining.is_zero()) {
+            (Some(reason), _) => ("lost", Some(reason.to_owned())),
+            (None, true) => ("lost", Some(out_of_reach.to_owned())),
+            (None, false) if renewing => ("renewing", None),
+            (None, false) => ("held", None),
+        };
+        (label, reason, remaining_ms)
+    }
+}
+
 /// A coordination service that leased this node its pair.
 pub trait Coordinator: Send + Sync + fmt::Debug {
     /// `etcd`: where the pair came from (the `identity_source` of `/v1/info` and metrics).

@@ -810,23 +810,17 @@ impl Coordinator for ZooKeeperRegistration {
 
     fn info(&self) -> LeaseInfo {
         let state = self.state();
-        let remaining = state.until.map_or(Duration::ZERO, |u| {
-            u.saturating_duration_since(Instant::now())
-        });
-        let (label, reason) = match (&state.lost_reason, remaining.is_zero()) {
-            (Some(reason), _) => ("lost", Some(reason.clone())),
-            (None, true) => (
-                "lost",
-                Some("not confirmed in time; ZooKeeper is out of reach".to_owned()),
-            ),
-            (None, false) if state.renewing => ("renewing", None),
-            (None, false) => ("held", None),
-        };
+        let (label, reason, remaining_ms) = LeaseInfo::status(
+            state.lost_reason.as_deref(),
+            state.until,
+            state.renewing,
+            "not confirmed in time; ZooKeeper is out of reach",
+        );
         LeaseInfo {
             state: label,
             lease_id: Some(state.session.clone()),
             ttl_secs: state.timeout.as_secs(),
-            remaining_ms: u64::try_from(remaining.as_millis()).unwrap_or(u64::MAX),
+            remaining_ms,
             key: self.node_path.clone(),
             reason,
             renewals: self.renewals.load(Ordering::Relaxed),
