@@ -216,8 +216,8 @@ pub(crate) async fn run<C: Client>(
     } else {
         Phase::Warmup
     };
-    // Under --rate, one timer thread wakes every connection when its next request is due; it
-    // stops when this function returns.
+    // Under --rate, one timer (a timerfd on this runtime) wakes every connection when its next
+    // request is due; it stops when this function returns.
     let timer = match config.rate() {
         Some(_) => Some(Timer::start().map_err(|err| Error::Runtime {
             reason: describe_io(&err),
