@@ -122,24 +122,42 @@ pub fn connections(run: &Run, path: &Path) -> Result<()> {
 
 /// Bars of the HTTP latency percentiles at half of peak.
 pub fn latency(run: &Run, path: &Path) -> Result<()> {
-    let bars: Vec<(String, f64)> = run
-        .measurements
+    // Two series, closed loop and fixed rate, over the union of their percentiles.
+    let series: [(&str, &str); 2] = [
+        ("latency-closed", "closed loop (wrk, few connections)"),
+        (
+            "latency",
+            "fixed rate, 50 connections (snowflake bench --rate)",
+        ),
+    ];
+    let mut labels: Vec<String> = Vec::new();
+    for (group, _) in series {
+        for m in run.measurements.iter().filter(|m| m.group == group) {
+            if !labels.contains(&m.parameter) {
+                labels.push(m.parameter.clone());
+            }
+        }
+    }
+    let order = ["p50", "p75", "p90", "p99", "p99.9", "max"];
+    labels.sort_by_key(|l| order.iter().position(|o| o == l).unwrap_or(order.len()));
+    let value = |group: &str, label: &str| {
+        run.measurements
+            .iter()
+            .find(|m| m.group == group && m.parameter == label)
+            .map(|m| m.median)
+            .filter(|v| v.is_finite())
+    };
+    let y_max = series
         .iter()
-        .filter(|m| m.group == "latency")
-        .map(|m| (m.parameter.clone(), m.median))
-        .collect();
-    let y_max = bars
-        .iter()
-        .map(|b| b.1)
-        .filter(|v| v.is_finite())
+        .flat_map(|(group, _)| labels.iter().filter_map(|l| value(group, l)))
         .fold(1.0_f64, f64::max)
         * 1.15;
-    let n = bars.len().max(1);
+    let n = labels.len().max(1);
     let root = SVGBackend::new(path, (800, 480)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| anyhow!("{e:?}"))?;
     let mut chart = ChartBuilder::on(&root)
         .caption(
-            "snowflake HTTP /v1/id latency at half of peak (50 connections)",
+            "snowflake HTTP /v1/id latency at half of peak",
             ("sans-serif", 20),
         )
         .margin(12)
@@ -147,7 +165,6 @@ pub fn latency(run: &Run, path: &Path) -> Result<()> {
         .y_label_area_size(60)
         .build_cartesian_2d(0.0..n as f64, 0.0..y_max)
         .map_err(|e| anyhow!("{e:?}"))?;
-    let labels: Vec<String> = bars.iter().map(|b| b.0.clone()).collect();
     chart
         .configure_mesh()
         .disable_x_mesh()
@@ -163,22 +180,43 @@ pub fn latency(run: &Run, path: &Path) -> Result<()> {
         .y_desc("µs")
         .draw()
         .map_err(|e| anyhow!("{e:?}"))?;
+    for (k, (group, name)) in series.iter().enumerate() {
+        let left = 0.1 + 0.4 * k as f64;
+        let bars: Vec<(usize, f64)> = labels
+            .iter()
+            .enumerate()
+            .filter_map(|(i, l)| value(group, l).map(|v| (i, v)))
+            .collect();
+        if bars.is_empty() {
+            continue;
+        }
+        let color = COLORS[k % COLORS.len()];
+        chart
+            .draw_series(bars.iter().map(|&(i, v)| {
+                Rectangle::new(
+                    [(i as f64 + left, 0.0), (i as f64 + left + 0.38, v)],
+                    color.filled(),
+                )
+            }))
+            .map_err(|e| anyhow!("{e:?}"))?
+            .label(*name)
+            .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 10, y + 5)], color.filled()));
+        chart
+            .draw_series(bars.iter().map(|&(i, v)| {
+                Text::new(
+                    format!("{v:.0}"),
+                    (i as f64 + left, v * 1.02 + y_max * 0.03),
+                    ("sans-serif", 12),
+                )
+            }))
+            .map_err(|e| anyhow!("{e:?}"))?;
+    }
     chart
-        .draw_series(bars.iter().enumerate().map(|(i, b)| {
-            Rectangle::new(
-                [(i as f64 + 0.15, 0.0), (i as f64 + 0.85, b.1)],
-                COLORS[0].filled(),
-            )
-        }))
-        .map_err(|e| anyhow!("{e:?}"))?;
-    chart
-        .draw_series(bars.iter().enumerate().map(|(i, b)| {
-            Text::new(
-                format!("{:.0}", b.1),
-                (i as f64 + 0.35, b.1 * 1.02 + y_max * 0.03),
-                ("sans-serif", 14),
-            )
-        }))
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .draw()
         .map_err(|e| anyhow!("{e:?}"))?;
     root.present().map_err(|e| anyhow!("{e:?}"))?;
     Ok(())

@@ -2,6 +2,7 @@
 
 use anyhow::{Context, Result, anyhow, bail};
 use serde::Deserialize;
+use std::collections::HashMap;
 
 /// One row of `redis-benchmark --csv`.
 #[derive(Debug, Clone, PartialEq)]
@@ -159,7 +160,6 @@ pub fn sf_bench(text: &str) -> Result<SfBench> {
         .with_context(|| format!("parsing snowflake bench --json output {text:?}"))
 }
 
-/// The first decimal number in `s` (skipping anything before it).
 /// What `h2load` reported.
 #[derive(Debug, Clone, PartialEq)]
 pub struct H2load {
@@ -208,6 +208,109 @@ pub fn h2load(text: &str) -> Result<H2load> {
     })
 }
 
+/// wrk's `--latency` distribution, in µs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WrkLatency {
+    pub p50: f64,
+    pub p75: f64,
+    pub p90: f64,
+    pub p99: f64,
+}
+
+/// Parses the `Latency Distribution` that `wrk --latency` prints: lines like `50%   39.00us`,
+/// `99%    1.23ms` (units us, ms or s).
+pub fn wrk_latency(text: &str) -> Result<WrkLatency> {
+    let mut found: HashMap<&str, f64> = HashMap::new();
+    for line in text.lines().map(str::trim) {
+        let Some((pct, value)) = line.split_once('%') else {
+            continue;
+        };
+        if !["50", "75", "90", "99"].contains(&pct) {
+            continue;
+        }
+        let value = value.trim();
+        let micros = if let Some(v) = value.strip_suffix("us") {
+            v.parse::<f64>().ok()
+        } else if let Some(v) = value.strip_suffix("ms") {
+            v.parse::<f64>().ok().map(|v| v * 1e3)
+        } else if let Some(v) = value.strip_suffix('s') {
+            v.parse::<f64>().ok().map(|v| v * 1e6)
+        } else {
+            None
+        };
+        let micros = micros.with_context(|| format!("bad latency line {line:?}"))?;
+        found.insert(pct, micros);
+    }
+    let get = |p: &str| {
+        found
+            .get(p)
+            .copied()
+            .ok_or_else(|| anyhow!("wrk printed no {p}% latency line: {text:?}"))
+    };
+    Ok(WrkLatency {
+        p50: get("50")?,
+        p75: get("75")?,
+        p90: get("90")?,
+        p99: get("99")?,
+    })
+}
+
+/// What `cyclictest -q -h N` reported: how late a thread woke from its timer, in µs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Cyclictest {
+    pub samples: u64,
+    pub p50: f64,
+    pub p99: f64,
+    pub p99_9: f64,
+    pub max: f64,
+}
+
+/// Parses cyclictest's histogram for one thread (`-t1 -q -h N`): lines `000063 012345` (µs,
+/// count), then `# Max Latencies: 02480`. Samples beyond the histogram count as the maximum.
+pub fn cyclictest(text: &str) -> Result<Cyclictest> {
+    let mut buckets: Vec<(f64, u64)> = Vec::new();
+    let mut max = None;
+    let mut total = None;
+    for line in text.lines().map(str::trim) {
+        if let Some(rest) = line.strip_prefix("# Max Latencies:") {
+            max = Some(first_number(rest)?);
+        } else if let Some(rest) = line.strip_prefix("# Total:") {
+            total = Some(first_number(rest)? as u64);
+        } else if !line.starts_with('#') {
+            let mut fields = line.split_whitespace();
+            if let (Some(us), Some(count), None) = (fields.next(), fields.next(), fields.next())
+                && let (Ok(us), Ok(count)) = (us.parse::<f64>(), count.parse::<u64>())
+            {
+                buckets.push((us, count));
+            }
+        }
+    }
+    let max = max.ok_or_else(|| anyhow!("cyclictest printed no Max Latencies line: {text:?}"))?;
+    let samples = total.ok_or_else(|| anyhow!("cyclictest printed no Total line: {text:?}"))?;
+    if samples == 0 {
+        bail!("cyclictest took no samples: {text:?}");
+    }
+    let quantile = |q: f64| {
+        let wanted = (q * samples as f64).ceil() as u64;
+        let mut seen = 0;
+        for &(us, count) in &buckets {
+            seen += count;
+            if seen >= wanted {
+                return us;
+            }
+        }
+        max
+    };
+    Ok(Cyclictest {
+        samples,
+        p50: quantile(0.5),
+        p99: quantile(0.99),
+        p99_9: quantile(0.999),
+        max,
+    })
+}
+
+/// The first decimal number in `s` (skipping anything before it).
 fn first_number(s: &str) -> Result<f64> {
     let start = s
         .find(|c: char| c.is_ascii_digit())
@@ -224,6 +327,34 @@ fn first_number(s: &str) -> Result<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn wrk_latency_distribution() {
+        let out = "Running 4s test @ http://127.0.0.1:1/v1/id\n  1 threads and 3 connections\n  Thread Stats   Avg      Stdev     Max   +/- Stdev\n    Latency    45.21us   30.11us   2.10ms   97.00%\n  Latency Distribution\n     50%   39.00us\n     75%   50.00us\n     90%   75.00us\n     99%    1.06ms\n  249793 requests in 4.00s, 33.59MB read\nRequests/sec:  62448.32\n";
+        let l = wrk_latency(out).unwrap();
+        assert_eq!(l.p50, 39.0);
+        assert_eq!(l.p75, 50.0);
+        assert_eq!(l.p90, 75.0);
+        assert!((l.p99 - 1060.0).abs() < 1e-9);
+        // The summary's Max column is not a percentile line.
+        assert!(wrk_latency("Requests/sec: 1\n").is_err());
+        assert!(wrk_latency("     50%   fast\n").is_err());
+    }
+
+    #[test]
+    fn cyclictest_histogram() {
+        let mut out = String::from("# /dev/cpu_dma_latency set to 0us\n");
+        out.push_str("000061 000500\n000063 000450\n000080 000040\n000200 000009\n000900 000000\n");
+        out.push_str("# Total: 000001000\n# Min Latencies: 00007\n# Avg Latencies: 00062\n# Max Latencies: 02480\n# Histogram Overflows: 00001\n");
+        let c = cyclictest(&out).unwrap();
+        assert_eq!(c.samples, 1000);
+        assert_eq!(c.p50, 61.0);
+        assert_eq!(c.p99, 80.0);
+        assert_eq!(c.p99_9, 200.0);
+        assert_eq!(c.max, 2480.0);
+        assert!(cyclictest("# Total: 000000000\n# Max Latencies: 00000\n").is_err());
+        assert!(cyclictest("nothing").is_err());
+    }
 
     #[test]
     fn redis_benchmark_7_csv() {

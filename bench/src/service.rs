@@ -14,6 +14,12 @@ use std::time::{Duration, Instant};
 pub const REDIS: &str = "Redis INCR (redis-benchmark)";
 pub const PG: &str = "PostgreSQL nextval (pgbench)";
 pub const WRK: &str = "snowflake HTTP /v1/id (wrk)";
+/// A zero-work HTTP/2 server in C answering `NextId`'s path with a fixed gRPC frame: the most
+/// any gRPC server can do on this machine with the same client.
+pub const NGHTTPD: &str = "reference: zero-work HTTP/2 server in C (nghttpd, h2load)";
+/// The latency subjects: closed loop (wrk) and fixed rate (snowflake bench --rate).
+pub const LATENCY_CLOSED: &str = "snowflake HTTP /v1/id at half of peak, closed loop (wrk)";
+pub const LATENCY_RATE: &str = "snowflake HTTP /v1/id at half of peak";
 pub const CONNECTIONS: [u32; 3] = [1, 10, 50];
 
 /// Runs a command to completion; a non-zero exit is an error carrying its output.
@@ -33,7 +39,14 @@ fn run_cmd(cmd: &mut Command) -> Result<String> {
     Ok(stdout)
 }
 
+/// nghttpd lives in /usr/sbin, which is not on every user's PATH.
+const NGHTTPD_BIN: &str = "/usr/sbin/nghttpd";
+
+/// An absolute path that exists, or a name found on PATH.
 fn on_path(name: &str) -> bool {
+    if name.starts_with('/') {
+        return Path::new(name).is_file();
+    }
     std::env::var_os("PATH")
         .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(name).is_file()))
 }
@@ -61,6 +74,8 @@ pub fn ensure_tools() -> Result<PathBuf> {
         ("redis-cli", "redis-tools"),
         ("wrk", "wrk"),
         ("h2load", "nghttp2-client"),
+        (NGHTTPD_BIN, "nghttp2-server"),
+        ("cyclictest", "rt-tests"),
         ("pgbench", "postgresql-client"),
         ("psql", "postgresql-client"),
         ("runuser", "util-linux"),
@@ -299,7 +314,85 @@ pub fn h2load_grpc(
     parse::h2load(&out)
 }
 
-/// Redis, PostgreSQL and our server, stopped (and their directories removed) on drop.
+/// CPU seconds (user + system) used by this process's finished, waited-for children: the
+/// `cutime` and `cstime` fields of `/proc/self/stat`, in USER_HZ (100 per second on Linux).
+fn children_cpu_secs() -> Result<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat")?;
+    parse_children_cpu_secs(&stat).context("no cutime/cstime in /proc/self/stat")
+}
+
+fn parse_children_cpu_secs(stat: &str) -> Option<f64> {
+    // cutime and cstime are fields 16 and 17.
+    stat_ticks(stat, 16, 17)
+}
+
+/// CPU seconds (user + system) a running process has used so far: `utime` and `stime`
+/// (fields 14 and 15) of `/proc/PID/stat`.
+fn process_cpu_secs(pid: u32) -> Result<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    stat_ticks(&stat, 14, 15).with_context(|| format!("no utime/stime in /proc/{pid}/stat"))
+}
+
+/// The sum of two clock-tick fields of a `/proc/.../stat` line (numbered from 1 as in
+/// proc(5)), in seconds.
+fn stat_ticks(stat: &str, first: usize, second: usize) -> Option<f64> {
+    // Fields after the command name, which ends at the last ')', start with field 3.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let a: f64 = fields.get(first.checked_sub(3)?)?.parse().ok()?;
+    let b: f64 = fields.get(second.checked_sub(3)?)?.parse().ok()?;
+    Some((a + b) / 100.0)
+}
+
+/// A gRPC frame (uncompressed, 4-byte big-endian length) of `NextIdResponse { id }`.
+fn next_id_response_frame(id: u64) -> Vec<u8> {
+    // Field 1, varint.
+    let mut message = vec![0x08];
+    let mut rest = id;
+    while rest >= 0x80 {
+        message.push((rest as u8 & 0x7f) | 0x80);
+        rest >>= 7;
+    }
+    message.push(rest as u8);
+    let mut frame = vec![0];
+    frame.extend_from_slice(&(message.len() as u32).to_be_bytes());
+    frame.extend_from_slice(&message);
+    frame
+}
+
+/// `wrk --latency` against our `GET /v1/id`: throughput and latency percentiles.
+pub fn wrk_latency(
+    http_port: u16,
+    connections: u32,
+    secs: u64,
+) -> Result<(parse::Wrk, parse::WrkLatency)> {
+    let out = run_cmd(Command::new("wrk").args([
+        "-t1",
+        &format!("-c{connections}"),
+        &format!("-d{secs}s"),
+        "--latency",
+        &format!("http://127.0.0.1:{http_port}/v1/id"),
+    ]))?;
+    Ok((parse::wrk(&out)?, parse::wrk_latency(&out)?))
+}
+
+/// How late a sleeping thread wakes on this machine: `cyclictest`, one thread, a 200 µs
+/// interval, `loops` wake-ups (run while nothing else of ours is busy).
+pub fn cyclictest(loops: u64) -> Result<parse::Cyclictest> {
+    let out = run_cmd(Command::new("cyclictest").args([
+        "-t1",
+        "-i",
+        "200",
+        "-l",
+        &loops.to_string(),
+        "-q",
+        "-h",
+        "20000",
+    ]))?;
+    parse::cyclictest(&out)
+}
+
+/// Redis, PostgreSQL, nghttpd and our server, stopped (and their directories removed) on drop.
 struct Services {
     work: tempfile::TempDir,
     pg_bin: PathBuf,
@@ -307,6 +400,8 @@ struct Services {
     redis_port: u16,
     pg_data: Option<PathBuf>,
     pg_port: u16,
+    nghttpd: Option<Child>,
+    nghttpd_port: u16,
     sf: Option<SfServer>,
 }
 
@@ -324,6 +419,8 @@ impl Services {
             redis_port: free_port()?,
             pg_data: None,
             pg_port: free_port()?,
+            nghttpd: None,
+            nghttpd_port: free_port()?,
             sf: None,
         };
         let dir = s.work.path().to_owned();
@@ -379,6 +476,24 @@ impl Services {
         )?;
         std::fs::write(dir.join("nextval.sql"), "SELECT nextval('s');\n")?;
 
+        // nghttpd serves files: NextId's path holds a gRPC frame of a NextIdResponse.
+        let docroot = dir.join("nghttpd");
+        std::fs::create_dir_all(docroot.join("snowflake.v1.Snowflake"))?;
+        std::fs::write(
+            docroot.join("snowflake.v1.Snowflake/NextId"),
+            next_id_response_frame(1_999_999_999_999_999_999),
+        )?;
+        s.nghttpd = Some(
+            Command::new(NGHTTPD_BIN)
+                .args(["--no-tls", "-n", "1", "-d"])
+                .arg(&docroot)
+                .arg(s.nghttpd_port.to_string())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .context("starting nghttpd")?,
+        );
+
         s.sf = Some(SfServer::start(sf_bin, &dir)?);
         let redis_port = s.redis_port;
         wait_until("redis-server", Duration::from_secs(10), || {
@@ -386,6 +501,10 @@ impl Services {
                 .args(["-p", &redis_port.to_string(), "ping"])
                 .output()
                 .is_ok_and(|o| o.stdout.starts_with(b"PONG"))
+        })?;
+        let nghttpd_port = s.nghttpd_port;
+        wait_until("nghttpd", Duration::from_secs(10), || {
+            TcpStream::connect(("127.0.0.1", nghttpd_port)).is_ok()
         })?;
         Ok(s)
     }
@@ -465,9 +584,12 @@ impl Drop for Services {
     fn drop(&mut self) {
         // Our server first (TERM, then KILL), as before its state directory goes.
         drop(self.sf.take());
-        if let Some(mut redis) = self.redis.take() {
-            let _ = redis.kill();
-            let _ = redis.wait();
+        for mut child in [self.redis.take(), self.nghttpd.take()]
+            .into_iter()
+            .flatten()
+        {
+            let _ = child.kill();
+            let _ = child.wait();
         }
         if let Some(data) = self.pg_data.take() {
             let _ = Command::new("runuser")
@@ -637,6 +759,11 @@ pub fn run(root: &Path, secs: f64, rounds: usize) -> Result<Run> {
             "IDs/s",
             h.requests_per_sec,
         );
+        let n = h2load_grpc(svc.nghttpd_port, 50, whole, svc.work.path())?;
+        if n.failed > 0 {
+            bail!("h2load against nghttpd: {} failed requests", n.failed);
+        }
+        run.record("single-id", NGHTTPD, "c=50", "IDs/s", n.requests_per_sec);
         sf(
             &mut run,
             "batch",
@@ -693,12 +820,70 @@ pub fn run(root: &Path, secs: f64, rounds: usize) -> Result<Run> {
         rss_kib(svc.redis_pid())?,
     );
 
-    // Latency at half of the measured peak (wrk, 50 connections), on a fixed schedule.
+    // How late this machine wakes a sleeping thread: the floor under any latency measured here.
+    let wake = cyclictest(if secs < 2.0 { 5_000 } else { 25_000 })?;
+    for (p, v) in [
+        ("p50", wake.p50),
+        ("p99", wake.p99),
+        ("p99.9", wake.p99_9),
+        ("max", wake.max),
+    ] {
+        run.record("machine-wakeup", "cyclictest", p, "us", v);
+    }
+
+    // Latency at half of the measured peak (wrk, 50 connections), two ways.
     let peak = run.median("single-id", WRK, "c=50").unwrap_or(f64::NAN);
     let half = (peak / 2.0).round().max(1.0) as u64;
-    run.notes.push(format!("Latency was measured at {half} requests/s offered (half of the median wrk peak), 50 connections, with `snowflake bench --rate` (coordinated omission corrected)."));
+    // Closed loop: wrk with the fewest connections whose throughput reaches half of the peak.
+    let mut closed_connections = 1;
+    while closed_connections < 16 {
+        let (w, _) = wrk_latency(svc.sf().http_port, closed_connections, 1)?;
+        if w.requests_per_sec >= half as f64 {
+            break;
+        }
+        closed_connections += 1;
+    }
+    run.notes.push(format!("Latency was measured at half of the median wrk peak ({half} requests/s) two ways. Closed loop: `wrk -t1 -c{closed_connections} --latency`, the fewest connections that reached half of the peak in a 1 s probe; each connection sends its next request when the previous answer arrived, so a stall delays the requests behind it without being measured (coordinated omission). Fixed rate: `snowflake bench -c 50 --rate {half}`, every request on a fixed schedule and its latency measured from the scheduled time, so stalls of the client, the server or the machine all count."));
     for round in 1..=rounds {
         eprintln!("service: latency round {round}/{rounds}");
+        let cpu_before = (children_cpu_secs()?, process_cpu_secs(svc.sf_pid())?);
+        let (w, l) = wrk_latency(svc.sf().http_port, closed_connections, whole)?;
+        run.record(
+            "latency-client-cpu",
+            LATENCY_CLOSED,
+            "cpu",
+            "% of a core",
+            100.0 * (children_cpu_secs()? - cpu_before.0) / secs,
+        );
+        run.record(
+            "latency-server-cpu",
+            LATENCY_CLOSED,
+            "cpu",
+            "% of a core",
+            100.0 * (process_cpu_secs(svc.sf_pid())? - cpu_before.1) / secs,
+        );
+        for (p, v) in [
+            ("p50", l.p50),
+            ("p75", l.p75),
+            ("p90", l.p90),
+            ("p99", l.p99),
+        ] {
+            run.record("latency-closed", LATENCY_CLOSED, p, "us", v);
+        }
+        run.record(
+            "latency-closed-rate",
+            LATENCY_CLOSED,
+            &format!("c={closed_connections}"),
+            "requests/s",
+            w.requests_per_sec,
+        );
+        if w.non_2xx + w.socket_errors > 0 {
+            errors.push(format!(
+                "{LATENCY_CLOSED}: {} non-2xx, {} socket errors in one round",
+                w.non_2xx, w.socket_errors
+            ));
+        }
+        let cpu_before = (children_cpu_secs()?, process_cpu_secs(svc.sf_pid())?);
         let r = sf_bench(
             &bin,
             "http",
@@ -706,7 +891,20 @@ pub fn run(root: &Path, secs: f64, rounds: usize) -> Result<Run> {
             &["-c", "50", "--rate", &half.to_string()],
             secs,
         )?;
-        let subject = "snowflake HTTP /v1/id at half of peak";
+        run.record(
+            "latency-client-cpu",
+            LATENCY_RATE,
+            "cpu",
+            "% of a core",
+            100.0 * (children_cpu_secs()? - cpu_before.0) / secs,
+        );
+        run.record(
+            "latency-server-cpu",
+            LATENCY_RATE,
+            "cpu",
+            "% of a core",
+            100.0 * (process_cpu_secs(svc.sf_pid())? - cpu_before.1) / secs,
+        );
         for (p, v) in [
             ("p50", r.latency_us.p50),
             ("p90", r.latency_us.p90),
@@ -714,17 +912,20 @@ pub fn run(root: &Path, secs: f64, rounds: usize) -> Result<Run> {
             ("p99.9", r.latency_us.p99_9),
             ("max", r.latency_us.max),
         ] {
-            run.record("latency", subject, p, "us", v);
+            run.record("latency", LATENCY_RATE, p, "us", v);
         }
         run.record(
             "latency-rate",
-            subject,
+            LATENCY_RATE,
             "achieved",
             "requests/s",
             r.requests_per_sec,
         );
         if r.errors_total > 0 {
-            errors.push(format!("{subject}: {} errors in one round", r.errors_total));
+            errors.push(format!(
+                "{LATENCY_RATE}: {} errors in one round",
+                r.errors_total
+            ));
         }
     }
     run.notes.extend(errors);
@@ -737,6 +938,29 @@ pub fn run(root: &Path, secs: f64, rounds: usize) -> Result<Run> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn children_cpu_from_proc_self_stat() {
+        // pid (comm with ") " inside) state ppid ... utime stime cutime cstime ...
+        let stat = "4242 (a) b) S 1 4242 4242 0 -1 4194560 100 0 0 0 7 3 250 130 20 0 1 0 5 0 0";
+        assert_eq!(parse_children_cpu_secs(stat), Some(3.8));
+        assert_eq!(parse_children_cpu_secs("4242 (x) S 1"), None);
+        assert!(children_cpu_secs().is_ok());
+        assert!(process_cpu_secs(std::process::id()).is_ok());
+        assert_eq!(stat_ticks(stat, 14, 15), Some(0.1));
+    }
+
+    #[test]
+    fn next_id_response_frame_is_a_grpc_frame_of_field_1() {
+        // 300 = 0b10_0101100: varint bytes 0xac 0x02.
+        assert_eq!(
+            next_id_response_frame(300),
+            [0, 0, 0, 0, 3, 0x08, 0xac, 0x02]
+        );
+        let big = next_id_response_frame(1_999_999_999_999_999_999);
+        assert_eq!(&big[..5], &[0, 0, 0, 0, 10]);
+        assert_eq!(big.len(), 15);
+    }
 
     #[test]
     fn vmrss_from_proc_status() {
