@@ -9,7 +9,7 @@
 
 use crate::config::Config;
 use crate::node::{IssueError, Node, Protocol};
-use futures_util::Stream;
+use futures_util::{Stream, StreamExt};
 use pb::snowflake_server::{Snowflake, SnowflakeServer};
 use pb::{
     DecodeRequest, DecodeResponse, GetInfoRequest, GetInfoResponse, NextIdRequest, NextIdResponse,
@@ -24,11 +24,14 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
+use tokio::task::JoinSet;
 use tonic::metadata::MetadataValue;
-use tonic::transport::server::{Connected, TcpConnectInfo};
+use tonic::service::Routes;
 use tonic::{Request, Response, Status};
 use tonic_health::ServingStatus;
 use tonic_health::server::HealthReporter;
+
+mod transport;
 
 /// The code generated from `proto/snowflake/v1/snowflake.proto`: messages, the server trait
 /// and a client.
@@ -61,6 +64,9 @@ const MAX_REQUEST_BYTES: usize = 16 * 1024;
 
 /// HTTP/2 streams (concurrent calls) one connection may have open.
 const MAX_STREAMS_PER_CONNECTION: u32 = 1024;
+
+/// How long an HTTP/2 keep-alive PING may go unanswered before the connection is dropped.
+const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// How often the health status follows the node's readiness.
 const HEALTH_POLL: Duration = Duration::from_millis(100);
@@ -303,14 +309,6 @@ struct Conn {
     _slot: OwnedSemaphorePermit,
 }
 
-impl Connected for Conn {
-    type ConnectInfo = TcpConnectInfo;
-
-    fn connect_info(&self) -> TcpConnectInfo {
-        self.stream.connect_info()
-    }
-}
-
 impl AsyncRead for Conn {
     fn poll_read(
         mut self: Pin<&mut Self>,
@@ -388,6 +386,39 @@ fn incoming(
     )
 }
 
+/// Serves every accepted connection on a task of its own until `shutdown` flips; then stops
+/// accepting (the listener closes) and waits for the connections to finish their calls.
+async fn accept_loop(
+    connections: impl Stream<Item = io::Result<Conn>>,
+    shared: Arc<transport::Shared>,
+    shutdown: watch::Receiver<bool>,
+) {
+    let mut connections = Box::pin(connections);
+    let mut stop = shutdown.clone();
+    let mut open = JoinSet::new();
+    loop {
+        let conn = tokio::select! {
+            _ = stop.wait_for(|stop| *stop) => break,
+            conn = connections.next() => conn,
+        };
+        match conn {
+            Some(Ok(conn)) => {
+                open.spawn(transport::serve_connection(
+                    conn,
+                    Arc::clone(&shared),
+                    shutdown.clone(),
+                ));
+            }
+            Some(Err(err)) => tracing::warn!(error = %err, "grpc accept failed"),
+            None => break,
+        }
+        while open.try_join_next().is_some() {}
+    }
+    // Closes the listener: new connections are refused while the open ones drain.
+    drop(connections);
+    while open.join_next().await.is_some() {}
+}
+
 /// Keeps the health status of "" and [`SERVICE_NAME`] in step with the node's readiness until
 /// `shutdown` flips; then reports NOT_SERVING and removes both, which ends every `Watch` call
 /// so the drain is not held up by them.
@@ -450,22 +481,28 @@ pub async fn serve(
         .build_v1()
         .inspect_err(|err| tracing::warn!(error = %err, "grpc reflection disabled"))
         .ok();
-    let service = SnowflakeServer::new(SnowflakeService::new(Arc::clone(&node), shutdown.clone()))
-        .max_decoding_message_size(MAX_REQUEST_BYTES);
-    let router = tonic::transport::Server::builder()
-        .timeout(config.request_timeout)
-        .max_concurrent_streams(Some(MAX_STREAMS_PER_CONNECTION))
-        .http2_keepalive_interval(Some(config.idle_timeout / 2))
-        .http2_keepalive_timeout(Some(Duration::from_secs(20)))
-        .add_service(health_service)
-        .add_service(service)
-        .add_optional_service(reflection);
-
-    let connections = incoming(listener, Arc::clone(&node), config.max_connections);
-    let mut stop = shutdown.clone();
-    let server = router.serve_with_incoming_shutdown(connections, async move {
-        let _ = stop.wait_for(|stop| *stop).await;
+    let service = SnowflakeService::new(Arc::clone(&node), shutdown.clone());
+    let routes = Routes::new(health_service).add_service(
+        SnowflakeServer::new(service.clone()).max_decoding_message_size(MAX_REQUEST_BYTES),
+    );
+    let routes = match reflection {
+        Some(reflection) => routes.add_service(reflection),
+        None => routes,
+    }
+    .prepare();
+    let shared = Arc::new(transport::Shared {
+        routes,
+        service,
+        request_timeout: config.request_timeout,
+        max_streams: MAX_STREAMS_PER_CONNECTION,
+        keepalive_interval: config.idle_timeout / 2,
+        keepalive_timeout: KEEPALIVE_TIMEOUT,
     });
+    let server = accept_loop(
+        incoming(listener, Arc::clone(&node), config.max_connections),
+        shared,
+        shutdown.clone(),
+    );
     let health = track_health(node, reporter, shutdown.clone());
     let mut stop = shutdown;
     let deadline = async move {
@@ -473,11 +510,7 @@ pub async fn serve(
         tokio::time::sleep(config.shutdown_timeout).await;
     };
     tokio::select! {
-        (served, ()) = async { tokio::join!(server, health) } => {
-            if let Err(err) = served {
-                tracing::error!(error = %err, "grpc server failed");
-            }
-        }
+        ((), ()) = async { tokio::join!(server, health) } => {}
         () = deadline => {
             tracing::warn!(timeout = ?config.shutdown_timeout, "in-flight grpc calls did not finish in time");
         }
