@@ -767,3 +767,48 @@ async fn next_id_frames_of_every_shape_get_the_grpc_answer() {
     assert!(message.contains("backwards"), "{message}");
     assert!(refused.headers.get("retry-after").is_some());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_draining_listener_refuses_new_connections_and_times_out_a_stalled_call() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = config(dir.path());
+    config.request_timeout = Duration::from_millis(1500);
+    let server = TestServer::start(config, ManualClock::new(T)).await;
+    server.wait_ready().await;
+    let addr = server.grpc_addr.unwrap();
+
+    // A NextId call whose message never comes keeps its connection in the drain.
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (mut h2, connection) = h2::client::handshake(tcp).await.unwrap();
+    tokio::spawn(connection);
+    let request = http::Request::builder()
+        .method("POST")
+        .uri(format!("http://{addr}/snowflake.v1.Snowflake/NextId"))
+        .header("content-type", "application/grpc")
+        .body(())
+        .unwrap();
+    let (response, _body_never_sent) = h2.send_request(request, false).unwrap();
+
+    let stopping = tokio::spawn(server.stop());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        tokio::net::TcpStream::connect(addr).await.is_err(),
+        "the listener still accepts while draining"
+    );
+    assert!(
+        !stopping.is_finished(),
+        "the stalled call is still in flight"
+    );
+
+    // The request timeout ends the stalled call (CANCELLED, as tonic's timeout), and with it
+    // the drain, well before the 10 s shutdown timeout.
+    let response = tokio::time::timeout(Duration::from_secs(5), response)
+        .await
+        .expect("answered within the request timeout")
+        .unwrap();
+    assert_eq!(response.headers().get("grpc-status").unwrap(), "1");
+    tokio::time::timeout(Duration::from_secs(5), stopping)
+        .await
+        .expect("the drain ended")
+        .unwrap();
+}

@@ -176,23 +176,17 @@ fn is_plain_next_id(request: &Request<RecvStream>) -> bool {
 /// Answers `NextId` in place, or hands a request body that is not one plain message to tonic.
 async fn next_id(shared: &Shared, request: Request<RecvStream>, mut respond: SendResponse<Bytes>) {
     let (parts, mut body) = request.into_parts();
-    // At most one frame header and the largest message, plus a byte to tell "more" apart.
-    let limit = 5 + MAX_REQUEST_BYTES + 1;
-    let mut received = BytesMut::new();
-    while received.len() < limit {
-        match body.data().await {
-            Some(Ok(chunk)) => {
-                let _ = body.flow_control().release_capacity(chunk.len());
-                received.extend_from_slice(&chunk);
-            }
-            Some(Err(err)) => {
-                tracing::debug!(error = %err, "grpc: NextId request body failed");
-                return;
-            }
-            None => break,
+    // The request timeout covers reading the body too, as tonic's did: a client that sends
+    // the headers and never the message does not hold the stream (or a drain) for ever.
+    let received = match tokio::time::timeout(shared.request_timeout, read_some(&mut body)).await {
+        Ok(Some(received)) => received,
+        Ok(None) => return,
+        Err(_elapsed) => {
+            let _ =
+                respond.send_response(Status::cancelled("Timeout expired").into_http::<()>(), true);
+            return;
         }
-    }
-    let received = received.freeze();
+    };
     if !is_one_plain_message::<NextIdRequest>(&received) || !body.is_end_stream() {
         // tonic answers malformed, compressed, oversized or extra frames its usual way.
         let request = Request::from_parts(parts, Prefixed::new(received, body));
@@ -227,6 +221,28 @@ async fn next_id(shared: &Shared, request: Request<RecvStream>, mut respond: Sen
             let _ = respond.send_response(status.into_http::<()>(), true);
         }
     }
+}
+
+/// Reads a request body until it ends or holds more than one frame header and the largest
+/// message; `None` if the client reset the stream.
+async fn read_some(body: &mut RecvStream) -> Option<Bytes> {
+    // One byte past the limit tells "too large" apart.
+    let limit = 5 + MAX_REQUEST_BYTES + 1;
+    let mut received = BytesMut::new();
+    while received.len() < limit {
+        match body.data().await {
+            Some(Ok(chunk)) => {
+                let _ = body.flow_control().release_capacity(chunk.len());
+                received.extend_from_slice(&chunk);
+            }
+            Some(Err(err)) => {
+                tracing::debug!(error = %err, "grpc: NextId request body failed");
+                return None;
+            }
+            None => break,
+        }
+    }
+    Some(received.freeze())
 }
 
 /// Whether `bytes` is exactly one uncompressed gRPC frame of at most [`MAX_REQUEST_BYTES`]
