@@ -15,8 +15,9 @@
 //!   did, including its errors for malformed frames.
 //!
 //! Connection settings follow what the tonic server was configured with: a cap on concurrent
-//! streams, HTTP/2 keep-alive pings with a timeout, a request timeout (`CANCELLED`, "Timeout
-//! expired", as tonic's), and a graceful shutdown (GOAWAY, then in-flight calls finish).
+//! streams, HTTP/2 keep-alive pings with a timeout, a request timeout or the client's shorter
+//! `grpc-timeout` (`CANCELLED`, "Timeout expired", as tonic's), and a graceful shutdown (GOAWAY,
+//! then in-flight calls finish).
 //! Response bodies are sent only as fast as the client's flow-control window allows, so a
 //! `StreamIds` call nobody reads stops generating.
 
@@ -151,14 +152,39 @@ async fn keep_alive(pinger: Option<h2::PingPong>, interval: Duration, timeout: D
 
 /// One call: `NextId` in place, the rest through tonic.
 async fn handle(shared: Arc<Shared>, request: Request<RecvStream>, respond: SendResponse<Bytes>) {
+    // As tonic's server: the shorter of our request timeout and the client's `grpc-timeout`.
+    let timeout = grpc_timeout(request.headers()).map_or(shared.request_timeout, |client| {
+        client.min(shared.request_timeout)
+    });
     if is_plain_next_id(&request) {
-        next_id(&shared, request, respond).await;
+        next_id(&shared, timeout, request, respond).await;
     } else {
         let request = request.map(H2Body::new);
         // Boxed, as below: tonic's futures are large, and every spawned call would otherwise
         // copy room for them, `NextId` included.
-        Box::pin(bridge(&shared, request, respond)).await;
+        Box::pin(bridge(&shared, timeout, request, respond)).await;
     }
+}
+
+/// The client's deadline from a `grpc-timeout` header (`1S`, `250m`, ...: at most 8 digits and
+/// a unit of H, M, S, m, u or n); `None` when absent or malformed (then only ours applies, as
+/// with tonic).
+fn grpc_timeout(headers: &HeaderMap) -> Option<Duration> {
+    let value = headers.get("grpc-timeout")?.to_str().ok()?;
+    let (digits, unit) = value.split_at_checked(value.len().checked_sub(1)?)?;
+    if digits.is_empty() || digits.len() > 8 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let amount: u64 = digits.parse().ok()?;
+    Some(match unit {
+        "H" => Duration::from_secs(amount * 3600),
+        "M" => Duration::from_secs(amount * 60),
+        "S" => Duration::from_secs(amount),
+        "m" => Duration::from_millis(amount),
+        "u" => Duration::from_micros(amount),
+        "n" => Duration::from_nanos(amount),
+        _ => return None,
+    })
 }
 
 /// A `NextId` call this module can answer: POST, a gRPC protobuf content type and no request
@@ -174,11 +200,17 @@ fn is_plain_next_id(request: &Request<RecvStream>) -> bool {
 }
 
 /// Answers `NextId` in place, or hands a request body that is not one plain message to tonic.
-async fn next_id(shared: &Shared, request: Request<RecvStream>, mut respond: SendResponse<Bytes>) {
+async fn next_id(
+    shared: &Shared,
+    timeout: Duration,
+    request: Request<RecvStream>,
+    mut respond: SendResponse<Bytes>,
+) {
     let (parts, mut body) = request.into_parts();
     // The request timeout covers reading the body too, as tonic's did: a client that sends
     // the headers and never the message does not hold the stream (or a drain) for ever.
-    let received = match tokio::time::timeout(shared.request_timeout, read_some(&mut body)).await {
+    let started = tokio::time::Instant::now();
+    let received = match tokio::time::timeout(timeout, read_some(&mut body)).await {
         Ok(Some(received)) => received,
         Ok(None) => return,
         Err(_elapsed) => {
@@ -190,10 +222,12 @@ async fn next_id(shared: &Shared, request: Request<RecvStream>, mut respond: Sen
     if !is_one_plain_message::<NextIdRequest>(&received) || !body.is_end_stream() {
         // tonic answers malformed, compressed, oversized or extra frames its usual way.
         let request = Request::from_parts(parts, Prefixed::new(received, body));
-        Box::pin(bridge(shared, request, respond)).await;
+        let left = timeout.saturating_sub(started.elapsed());
+        Box::pin(bridge(shared, left, request, respond)).await;
         return;
     }
-    let issued = tokio::time::timeout(shared.request_timeout, shared.service.issue(1)).await;
+    let left = timeout.saturating_sub(started.elapsed());
+    let issued = tokio::time::timeout(left, shared.service.issue(1)).await;
     let result = match issued {
         Ok(Ok(batches)) => Ok(NextIdResponse {
             id: batches[0].first().as_i64(),
@@ -268,14 +302,17 @@ fn grpc_frame<M: Message>(message: &M) -> Bytes {
 }
 
 /// Runs a call through tonic's routes and sends its response.
-async fn bridge<B>(shared: &Shared, request: Request<B>, respond: SendResponse<Bytes>)
-where
+async fn bridge<B>(
+    shared: &Shared,
+    timeout: Duration,
+    request: Request<B>,
+    respond: SendResponse<Bytes>,
+) where
     B: Body<Data = Bytes> + Send + 'static,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
     let routes = shared.routes.clone();
-    let response = match tokio::time::timeout(shared.request_timeout, routes.oneshot(request)).await
-    {
+    let response = match tokio::time::timeout(timeout, routes.oneshot(request)).await {
         Ok(Ok(response)) => response,
         Ok(Err(never)) => match never {},
         Err(_elapsed) => Status::cancelled("Timeout expired")
@@ -468,6 +505,25 @@ mod tests {
         big[1..5].copy_from_slice(&len.to_be_bytes());
         big.resize(5 + MAX_REQUEST_BYTES + 1, 0);
         assert!(!is_one_plain_message::<NextIdRequest>(&big));
+    }
+
+    #[test]
+    fn grpc_timeout_headers_in_every_unit_and_malformed_ones() {
+        let parse = |value: &str| {
+            let mut headers = HeaderMap::new();
+            headers.insert("grpc-timeout", HeaderValue::from_str(value).unwrap());
+            grpc_timeout(&headers)
+        };
+        assert_eq!(parse("2H"), Some(Duration::from_secs(7200)));
+        assert_eq!(parse("3M"), Some(Duration::from_secs(180)));
+        assert_eq!(parse("1S"), Some(Duration::from_secs(1)));
+        assert_eq!(parse("250m"), Some(Duration::from_millis(250)));
+        assert_eq!(parse("99999999u"), Some(Duration::from_micros(99_999_999)));
+        assert_eq!(parse("5n"), Some(Duration::from_nanos(5)));
+        for bad in ["", "S", "1", "123456789S", "1x", "-1S", "1.5S", "1 S"] {
+            assert_eq!(parse(bad), None, "{bad:?}");
+        }
+        assert_eq!(grpc_timeout(&HeaderMap::new()), None);
     }
 
     #[test]
