@@ -135,6 +135,12 @@ impl Failure {
             reconnect: true,
         }
     }
+
+    /// Whether the connection must be reopened after this failure.
+    #[cfg(test)]
+    pub(crate) fn reconnects(&self) -> bool {
+        self.reconnect
+    }
 }
 
 /// Where the run is; every connection task watches it.

@@ -183,7 +183,15 @@ fn bad_response() -> Failure {
 /// A call that ended with `status`, counted as `grpc_<code>`; the channel stays usable (it
 /// reconnects by itself if its connection was lost).
 fn status_failure(status: &Status) -> Failure {
-    Failure::kept(Cow::Borrowed(code_kind(status.code())))
+    let kind = Cow::Borrowed(code_kind(status.code()));
+    // A status tonic made from a transport error (the connection is gone), not one the server
+    // sent: open a new connection, which backs off while the server is down, rather than spin on
+    // calls that fail at once.
+    if std::error::Error::source(status).is_some() {
+        Failure::lost(kind)
+    } else {
+        Failure::kept(kind)
+    }
 }
 
 /// The error kind for a status code, e.g. `grpc_unavailable`.
@@ -236,6 +244,19 @@ fn describe_chain(err: &(dyn std::error::Error + 'static)) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_transport_error_reopens_the_connection_a_sent_status_does_not() {
+        // Sent by the server: the connection is fine.
+        assert!(!status_failure(&Status::unavailable("clock moved backwards")).reconnects());
+        assert!(!status_failure(&Status::invalid_argument("count")).reconnects());
+        // Made by tonic from a failed connection.
+        let gone = Status::from_error(Box::new(io::Error::new(
+            io::ErrorKind::ConnectionRefused,
+            "connection refused",
+        )));
+        assert!(status_failure(&gone).reconnects(), "{gone:?}");
+    }
 
     #[test]
     fn status_codes_name_the_error_kind() {
