@@ -6,6 +6,8 @@
 //! `INVALID_ARGUMENT`, [`IssueError::Unavailable`] becomes `UNAVAILABLE` with the node's reason
 //! and a `retry-after` (seconds) trailer. The accept loop caps connections, sets `TCP_NODELAY`,
 //! and on shutdown stops accepting and lets in-flight calls finish within the shutdown timeout.
+//! Each connection is served on the `h2` crate directly (`grpc/transport.rs`): `NextId` is
+//! answered there, every other call goes to these tonic services.
 
 use crate::config::Config;
 use crate::node::{IssueError, Node, Protocol};
