@@ -22,11 +22,10 @@
 //!   then, the service stops.
 
 use crate::config::ZooKeeperConfig;
-use crate::fleet::{BoxFuture, Coordinator, Fence, LeaseInfo, mark_json, parse_mark};
+use crate::fleet::{BoxFuture, Coordinator, Fence, LeaseInfo, Proof, mark_json, parse_mark};
 use crate::thrift::peer::Peer;
 use snowflake_core::Layout;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
 use zookeeper_client as zk;
@@ -97,18 +96,14 @@ pub enum RegisterError {
     },
 }
 
-/// The session as this node knows it.
+/// The session as this node knows it (what it proves is in the [`Proof`]).
 #[derive(Debug)]
-struct SessionState {
+struct Session {
     client: Arc<zk::Client>,
     /// The session's id (hex), as ZooKeeper shows it.
     session: String,
     /// The negotiated session timeout.
     timeout: Duration,
-    until: Option<Instant>,
-    floor_ms: u64,
-    renewing: bool,
-    lost_reason: Option<String>,
 }
 
 /// A worker id registered in ZooKeeper.
@@ -122,11 +117,7 @@ pub struct ZooKeeperRegistration {
     /// The znode's data: the advertised Thrift address.
     data: String,
     epoch_ms: u64,
-    state: Mutex<SessionState>,
-    fence: watch::Sender<Fence>,
-    renewals: AtomicU64,
-    renewal_failures: AtomicU64,
-    losses: AtomicU64,
+    proof: Proof<Session>,
 }
 
 /// A live session with the time its creation was asked for.
@@ -437,7 +428,6 @@ impl ZooKeeperRegistration {
                             takeover_mark_ms = floor_ms,
                             "registered the worker id in ZooKeeper"
                         );
-                        let (fence, _) = watch::channel(Fence::Held { until, floor_ms });
                         return Ok(ZooKeeperRegistration {
                             config: config.clone(),
                             datacenter_id,
@@ -446,19 +436,15 @@ impl ZooKeeperRegistration {
                             mark_path,
                             data,
                             epoch_ms: layout.epoch_ms(),
-                            state: Mutex::new(SessionState {
-                                client: Arc::new(client),
-                                session,
-                                timeout: session_timeout,
-                                until: Some(until),
+                            proof: Proof::new(
+                                Session {
+                                    client: Arc::new(client),
+                                    session,
+                                    timeout: session_timeout,
+                                },
+                                until,
                                 floor_ms,
-                                renewing: false,
-                                lost_reason: None,
-                            }),
-                            fence,
-                            renewals: AtomicU64::new(0),
-                            renewal_failures: AtomicU64::new(0),
-                            losses: AtomicU64::new(0),
+                            ),
                         });
                     }
                     Ok(Ok(Attempt::HeldBy { holder, owner })) => {
@@ -510,20 +496,11 @@ impl ZooKeeperRegistration {
         self.datacenter_id
     }
 
-    fn state(&self) -> std::sync::MutexGuard<'_, SessionState> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
+    /// The registration is gone (ZooKeeper says so): fence at once.
     fn lose(&self, reason: String) {
-        let mut state = self.state();
-        if state.lost_reason.is_none() {
+        if self.proof.lose(reason.clone()) {
             tracing::error!(znode = %self.node_path, %reason, "lost the registration: not issuing ids until the worker is registered again");
-            self.losses.fetch_add(1, Ordering::Relaxed);
         }
-        state.until = None;
-        state.lost_reason = Some(reason.clone());
-        drop(state);
-        self.fence.send_replace(Fence::Lost { reason });
     }
 
     async fn keep(&self, mut stop: watch::Receiver<bool>) -> Result<(), String> {
@@ -532,12 +509,13 @@ impl ZooKeeperRegistration {
                 return Ok(());
             }
             let (client, session, session_timeout, lost) = {
-                let state = self.state();
+                let state = self.proof.lock();
+                let own = &state.own;
                 (
-                    Arc::clone(&state.client),
-                    state.session.clone(),
-                    state.timeout,
-                    state.lost_reason.is_some(),
+                    Arc::clone(&own.client),
+                    own.session.clone(),
+                    own.timeout,
+                    state.lost_reason().is_some(),
                 )
             };
             if lost {
@@ -559,17 +537,9 @@ impl ZooKeeperRegistration {
             let next = match outcome {
                 Ok(Some(stat)) if format!("{:x}", stat.ephemeral_owner) == session => {
                     let until = sent + session_timeout - margin(session_timeout);
-                    let floor_ms = {
-                        let mut state = self.state();
-                        if state.renewing {
-                            tracing::info!(znode = %self.node_path, "ZooKeeper answers again");
-                        }
-                        state.renewing = false;
-                        state.until = Some(until);
-                        state.floor_ms
-                    };
-                    self.renewals.fetch_add(1, Ordering::Relaxed);
-                    self.fence.send_replace(Fence::Held { until, floor_ms });
+                    if self.proof.renewed(until, |_| {}) {
+                        tracing::info!(znode = %self.node_path, "ZooKeeper answers again");
+                    }
                     sent + session_timeout / 3
                 }
                 Ok(Some(stat)) => {
@@ -595,16 +565,11 @@ impl ZooKeeperRegistration {
                         self.lose(format!("the ZooKeeper session {session} expired"));
                         continue;
                     }
-                    self.renewal_failures.fetch_add(1, Ordering::Relaxed);
-                    let until = {
-                        let mut state = self.state();
-                        if !state.renewing {
-                            tracing::warn!(error = %err, znode = %self.node_path, "cannot reach ZooKeeper");
-                        }
-                        state.renewing = true;
-                        state.until
-                    };
-                    if until.is_some_and(|u| Instant::now() >= u) {
+                    let (first, late) = self.proof.renewal_failed();
+                    if first {
+                        tracing::warn!(error = %err, znode = %self.node_path, "cannot reach ZooKeeper");
+                    }
+                    if late {
                         tracing::warn!(znode = %self.node_path, "session not confirmed in time: not issuing ids until it is");
                     }
                     Instant::now() + Duration::from_millis(200)
@@ -621,7 +586,7 @@ impl ZooKeeperRegistration {
     /// only when another node holds the worker.
     async fn register_again(&self) -> Result<(), String> {
         let timeout = call_timeout(self.config.session_timeout);
-        let previous = self.state().session.clone();
+        let previous = self.proof.lock().own.session.clone();
         loop {
             let connected = match connect(&self.config, timeout.max(Duration::from_secs(2))).await {
                 Ok(connected) => connected,
@@ -675,17 +640,13 @@ impl ZooKeeperRegistration {
                     };
                     let session = session_hex(&client);
                     tracing::info!(znode = %self.node_path, %session, takeover_mark_ms = floor_ms, "registered the worker id again");
-                    {
-                        let mut state = self.state();
-                        state.client = Arc::new(client);
-                        state.session = session;
-                        state.timeout = session_timeout;
-                        state.until = Some(until);
-                        state.floor_ms = floor_ms;
-                        state.renewing = false;
-                        state.lost_reason = None;
-                    }
-                    self.fence.send_replace(Fence::Held { until, floor_ms });
+                    self.proof.held_again(until, floor_ms, |own| {
+                        *own = Session {
+                            client: Arc::new(client),
+                            session,
+                            timeout: session_timeout,
+                        };
+                    });
                     return Ok(());
                 }
                 Ok(Ok(Attempt::HeldBy { holder, owner })) if owner != "0" && owner != previous => {
@@ -715,14 +676,14 @@ impl ZooKeeperRegistration {
 
     async fn write_mark(&self, mark_ms: u64) -> Result<(), String> {
         let (client, session, session_timeout) = {
-            let state = self.state();
-            if let Some(reason) = &state.lost_reason {
+            let state = self.proof.lock();
+            if let Some(reason) = state.lost_reason() {
                 return Err(format!("the registration is lost ({reason})"));
             }
             (
-                Arc::clone(&state.client),
-                state.session.clone(),
-                state.timeout,
+                Arc::clone(&state.own.client),
+                state.own.session.clone(),
+                state.own.timeout,
             )
         };
         let value = mark_json(mark_ms, self.epoch_ms, "session", &session);
@@ -765,7 +726,7 @@ impl Coordinator for ZooKeeperRegistration {
     }
 
     fn fence(&self) -> watch::Receiver<Fence> {
-        self.fence.subscribe()
+        self.proof.fence()
     }
 
     fn store_mark(&self, mark_ms: u64) -> BoxFuture<'_, Result<(), String>> {
@@ -779,11 +740,11 @@ impl Coordinator for ZooKeeperRegistration {
     fn release(&self) -> BoxFuture<'_, ()> {
         Box::pin(async move {
             let (client, timeout, lost) = {
-                let state = self.state();
+                let state = self.proof.lock();
                 (
-                    Arc::clone(&state.client),
-                    state.timeout,
-                    state.lost_reason.is_some(),
+                    Arc::clone(&state.own.client),
+                    state.own.timeout,
+                    state.lost_reason().is_some(),
                 )
             };
             if lost {
@@ -797,36 +758,16 @@ impl Coordinator for ZooKeeperRegistration {
                     tracing::warn!(error = %err, znode = %self.node_path, "cannot delete the znode; it goes when the session expires")
                 }
             }
-            {
-                let mut state = self.state();
-                state.until = None;
-                state.lost_reason = Some("released at shutdown".into());
-            }
-            self.fence.send_replace(Fence::Lost {
-                reason: "released at shutdown".into(),
-            });
+            self.proof.released();
         })
     }
 
     fn info(&self) -> LeaseInfo {
-        let state = self.state();
-        let (label, reason, remaining_ms) = LeaseInfo::status(
-            state.lost_reason.as_deref(),
-            state.until,
-            state.renewing,
+        self.proof.info(
+            &self.node_path,
             "not confirmed in time; ZooKeeper is out of reach",
-        );
-        LeaseInfo {
-            state: label,
-            lease_id: Some(state.session.clone()),
-            ttl_secs: state.timeout.as_secs(),
-            remaining_ms,
-            key: self.node_path.clone(),
-            reason,
-            renewals: self.renewals.load(Ordering::Relaxed),
-            renewal_failures: self.renewal_failures.load(Ordering::Relaxed),
-            losses: self.losses.load(Ordering::Relaxed),
-        }
+            |own| (Some(own.session.clone()), own.timeout.as_secs()),
+        )
     }
 }
 

@@ -24,10 +24,8 @@ mod client;
 pub use client::{EtcdClient, EtcdError, KeepAliveStream};
 
 use crate::config::EtcdConfig;
-use crate::fleet::{BoxFuture, Coordinator, Fence, LeaseInfo};
+use crate::fleet::{BoxFuture, Coordinator, Fence, LeaseInfo, Proof};
 use snowflake_core::{Layout, format_unix_ms};
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
@@ -147,21 +145,13 @@ pub enum ClaimError {
     },
 }
 
-/// The lease as this node knows it.
+/// The lease as this node knows it (what it proves is in the [`Proof`]).
 #[derive(Debug)]
-struct LeaseState {
+struct Lease {
     /// etcd's lease id.
     lease_id: i64,
     /// The TTL etcd granted, in seconds.
     ttl_secs: u64,
-    /// Until when the pair is provably held (already less the margin); `None` when lost.
-    until: Option<Instant>,
-    /// The mark read at the last claim.
-    floor_ms: u64,
-    /// The last renewal failed (the lease may still be held).
-    renewing: bool,
-    /// Why the lease is not held, when it is not.
-    lost_reason: Option<String>,
 }
 
 /// The outcome of one claim transaction.
@@ -187,11 +177,7 @@ pub struct EtcdLease {
     mark_key: String,
     holder: String,
     epoch_ms: u64,
-    state: Mutex<LeaseState>,
-    fence: watch::Sender<Fence>,
-    renewals: AtomicU64,
-    renewal_failures: AtomicU64,
-    losses: AtomicU64,
+    proof: Proof<Lease>,
 }
 
 impl EtcdLease {
@@ -323,7 +309,6 @@ impl EtcdLease {
                         takeover_mark_ms = floor_ms,
                         "claimed the pair in etcd"
                     );
-                    let (fence, _) = watch::channel(Fence::Held { until, floor_ms });
                     return Ok(EtcdLease {
                         client,
                         config: config.clone(),
@@ -333,18 +318,7 @@ impl EtcdLease {
                         mark_key: keys.mark,
                         holder: holder_json,
                         epoch_ms: layout.epoch_ms(),
-                        state: Mutex::new(LeaseState {
-                            lease_id,
-                            ttl_secs,
-                            until: Some(until),
-                            floor_ms,
-                            renewing: false,
-                            lost_reason: None,
-                        }),
-                        fence,
-                        renewals: AtomicU64::new(0),
-                        renewal_failures: AtomicU64::new(0),
-                        losses: AtomicU64::new(0),
+                        proof: Proof::new(Lease { lease_id, ttl_secs }, until, floor_ms),
                     });
                 }
                 Ok(None) => {}
@@ -387,21 +361,11 @@ impl EtcdLease {
         self.worker_id
     }
 
-    fn state(&self) -> std::sync::MutexGuard<'_, LeaseState> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
     /// The lease is gone (etcd says so): fence at once.
     fn lose(&self, reason: String) {
-        let mut state = self.state();
-        if state.lost_reason.is_none() {
+        if self.proof.lose(reason.clone()) {
             tracing::error!(key = %self.claim_key, %reason, "lost the lease: not issuing ids until the pair is claimed again");
-            self.losses.fetch_add(1, Ordering::Relaxed);
         }
-        state.until = None;
-        state.lost_reason = Some(reason.clone());
-        drop(state);
-        self.fence.send_replace(Fence::Lost { reason });
     }
 
     /// The keep-alive loop (see [`Coordinator::run`]).
@@ -412,8 +376,13 @@ impl EtcdLease {
                 return Ok(());
             }
             let (lease_id, ttl_secs, lost) = {
-                let state = self.state();
-                (state.lease_id, state.ttl_secs, state.lost_reason.is_some())
+                let state = self.proof.lock();
+                let lease = &state.own;
+                (
+                    lease.lease_id,
+                    lease.ttl_secs,
+                    state.lost_reason().is_some(),
+                )
             };
             if lost {
                 stream = None;
@@ -444,18 +413,9 @@ impl EtcdLease {
                 Ok(ttl) if ttl > 0 => {
                     let ttl = u64::try_from(ttl).unwrap_or(ttl_secs);
                     let until = sent + Duration::from_secs(ttl) - margin(ttl);
-                    let floor_ms = {
-                        let mut state = self.state();
-                        if state.renewing {
-                            tracing::info!(key = %self.claim_key, "lease renewed again");
-                        }
-                        state.renewing = false;
-                        state.ttl_secs = ttl;
-                        state.until = Some(until);
-                        state.floor_ms
-                    };
-                    self.renewals.fetch_add(1, Ordering::Relaxed);
-                    self.fence.send_replace(Fence::Held { until, floor_ms });
+                    if self.proof.renewed(until, |lease| lease.ttl_secs = ttl) {
+                        tracing::info!(key = %self.claim_key, "lease renewed again");
+                    }
                     sent + interval
                 }
                 Ok(_) => {
@@ -466,20 +426,15 @@ impl EtcdLease {
                     continue;
                 }
                 Err(err) => {
-                    self.renewal_failures.fetch_add(1, Ordering::Relaxed);
+                    let (first, late) = self.proof.renewal_failed();
                     // (When opening failed, the client already moved on to the next member.)
                     if let Some(open) = stream.take() {
                         self.client.stream_failed(&open);
                     }
-                    let until = {
-                        let mut state = self.state();
-                        if !state.renewing {
-                            tracing::warn!(error = %err, key = %self.claim_key, "cannot renew the lease; trying the next etcd member");
-                        }
-                        state.renewing = true;
-                        state.until
-                    };
-                    if until.is_some_and(|u| Instant::now() >= u) {
+                    if first {
+                        tracing::warn!(error = %err, key = %self.claim_key, "cannot renew the lease; trying the next etcd member");
+                    }
+                    if late {
                         tracing::warn!(key = %self.claim_key, "lease not renewed in time: not issuing ids until it is");
                     }
                     Instant::now() + Duration::from_millis(200)
@@ -527,28 +482,22 @@ impl EtcdLease {
                     // A mark this node wrote itself under its previous lease is only a
                     // reservation: its generator knows exactly what it issued, and stays above
                     // that. Anybody else's mark is a floor.
-                    let previous = format!("{:x}", self.state().lease_id);
+                    let previous = format!("{:x}", self.proof.lock().own.lease_id);
                     let floor_ms = if writer.as_deref() == Some(previous.as_str()) {
                         0
                     } else {
                         floor_ms
                     };
-                    {
-                        let mut state = self.state();
-                        state.lease_id = granted.id;
-                        state.ttl_secs = ttl;
-                        state.until = Some(until);
-                        state.floor_ms = floor_ms;
-                        state.renewing = false;
-                        state.lost_reason = None;
-                    }
+                    self.proof.held_again(until, floor_ms, |lease| {
+                        lease.lease_id = granted.id;
+                        lease.ttl_secs = ttl;
+                    });
                     tracing::info!(
                         key = %self.claim_key,
                         lease = %format!("{:x}", granted.id),
                         takeover_mark_ms = floor_ms,
                         "claimed the pair again"
                     );
-                    self.fence.send_replace(Fence::Held { until, floor_ms });
                     return Ok(());
                 }
                 Ok(Ok(Attempt::HeldBy { holder })) => {
@@ -579,11 +528,11 @@ impl EtcdLease {
 
     async fn write_mark(&self, mark_ms: u64) -> Result<(), String> {
         let (lease_id, ttl_secs) = {
-            let state = self.state();
-            if let Some(reason) = &state.lost_reason {
+            let state = self.proof.lock();
+            if let Some(reason) = state.lost_reason() {
                 return Err(format!("the lease is lost ({reason})"));
             }
-            (state.lease_id, state.ttl_secs)
+            (state.own.lease_id, state.own.ttl_secs)
         };
         let value =
             crate::fleet::mark_json(mark_ms, self.epoch_ms, "lease", &format!("{lease_id:x}"));
@@ -619,7 +568,7 @@ impl Coordinator for EtcdLease {
     }
 
     fn fence(&self) -> watch::Receiver<Fence> {
-        self.fence.subscribe()
+        self.proof.fence()
     }
 
     fn store_mark(&self, mark_ms: u64) -> BoxFuture<'_, Result<(), String>> {
@@ -633,8 +582,13 @@ impl Coordinator for EtcdLease {
     fn release(&self) -> BoxFuture<'_, ()> {
         Box::pin(async move {
             let (lease_id, ttl_secs, lost) = {
-                let state = self.state();
-                (state.lease_id, state.ttl_secs, state.lost_reason.is_some())
+                let state = self.proof.lock();
+                let lease = &state.own;
+                (
+                    lease.lease_id,
+                    lease.ttl_secs,
+                    state.lost_reason().is_some(),
+                )
             };
             if lost {
                 return;
@@ -649,33 +603,16 @@ impl Coordinator for EtcdLease {
                     "cannot revoke the lease; the pair frees itself when it expires"
                 ),
             }
-            self.state().until = None;
-            self.state().lost_reason = Some("released at shutdown".into());
-            self.fence.send_replace(Fence::Lost {
-                reason: "released at shutdown".into(),
-            });
+            self.proof.released();
         })
     }
 
     fn info(&self) -> LeaseInfo {
-        let state = self.state();
-        let (label, reason, remaining_ms) = LeaseInfo::status(
-            state.lost_reason.as_deref(),
-            state.until,
-            state.renewing,
+        self.proof.info(
+            &self.claim_key,
             "not renewed in time; etcd is out of reach",
-        );
-        LeaseInfo {
-            state: label,
-            lease_id: Some(format!("{:x}", state.lease_id)),
-            ttl_secs: state.ttl_secs,
-            remaining_ms,
-            key: self.claim_key.clone(),
-            reason,
-            renewals: self.renewals.load(Ordering::Relaxed),
-            renewal_failures: self.renewal_failures.load(Ordering::Relaxed),
-            losses: self.losses.load(Ordering::Relaxed),
-        }
+            |lease| (Some(format!("{:x}", lease.lease_id)), lease.ttl_secs),
+        )
     }
 }
 
