@@ -6,9 +6,9 @@
 //! Both binaries are required: a missing one fails the test with a message pointing at
 //! `scripts/test`, which installs them. Nothing is ever skipped.
 
+use crate::support::{continue_process, drain, send_signal};
 use std::fmt::Write as _;
 use std::fs::{self, OpenOptions};
-use std::io::Read;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -453,12 +453,7 @@ impl EtcdCluster {
             .child
             .as_ref()
             .unwrap_or_else(|| panic!("etcd member {i} is killed: cannot send SIG{name}"));
-        let status = Command::new("kill")
-            .arg(format!("-{name}"))
-            .arg(child.id().to_string())
-            .status()
-            .expect("run kill");
-        assert!(status.success(), "kill -{name} {} failed", child.id());
+        send_signal(child.id(), name);
     }
 }
 
@@ -467,11 +462,7 @@ impl Drop for EtcdCluster {
         // SIGKILL, never SIGTERM: a 3-member leader would spend ~7 s handing over leadership.
         for member in &mut self.members {
             if let Some(child) = member.child.as_mut() {
-                let _ = Command::new("kill")
-                    .arg("-CONT")
-                    .arg(child.id().to_string())
-                    .stderr(Stdio::null())
-                    .status();
+                continue_process(child);
                 let _ = child.kill();
             }
         }
@@ -564,15 +555,6 @@ fn run_bounded(mut cmd: Command, what: &str) -> Output {
         stdout: stdout.join().unwrap_or_default(),
         stderr: stderr.join().unwrap_or_default(),
     }
-}
-
-/// Reads a pipe to its end on its own thread, so the child never blocks on a full pipe.
-fn drain(mut pipe: impl Read + Send + 'static) -> thread::JoinHandle<Vec<u8>> {
-    thread::spawn(move || {
-        let mut bytes = Vec::new();
-        let _ = pipe.read_to_end(&mut bytes);
-        bytes
-    })
 }
 
 /// Decodes standard base64 (with or without `=` padding), as Go's encoding/json writes

@@ -4,25 +4,19 @@
 //! losing its leader, and restarts under load, never a duplicate ID.
 
 use crate::etcd_cluster::EtcdCluster;
-use crate::support::{FakeClock, Serve, ServeProcess, get, timestamp_ms, try_get};
+use crate::support::{
+    FakeClock, Serve, ServeProcess, assert_exit, first_id, get, info, insert_all, now_ms, temp_dir,
+    timestamp_ms, try_get, worker_in, worker_of,
+};
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 /// The lease TTL of the test fleets, in seconds: short, so expiry-based tests stay quick.
 const TTL_SECS: u64 = 3;
-
-fn now_ms() -> u64 {
-    let elapsed = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
-    u64::try_from(elapsed.as_millis()).unwrap()
-}
-
-fn temp_dir() -> tempfile::TempDir {
-    tempfile::tempdir().expect("temp dir")
-}
 
 /// `snowflake serve` leasing from `etcd` with the test TTL and its own state directory.
 fn fleet_node(etcd: &EtcdCluster, state_dir: &Path) -> Serve {
@@ -32,31 +26,6 @@ fn fleet_node(etcd: &EtcdCluster, state_dir: &Path) -> Serve {
         "--lease-ttl-secs",
         &TTL_SECS.to_string(),
     ])
-}
-
-fn info(node: &ServeProcess) -> serde_json::Value {
-    let response = node.get("/v1/info");
-    assert_eq!(response.status, 200, "{response:?}");
-    response.json()
-}
-
-fn worker_of(node: &ServeProcess) -> u64 {
-    info(node)["worker_id"].as_u64().expect("worker_id")
-}
-
-/// The worker id inside an ID (default layout).
-fn worker_in(id: u64) -> u64 {
-    (id >> 12) & 31
-}
-
-fn assert_exit(finished: &crate::support::Finished, code: i32) {
-    assert_eq!(
-        finished.status.code(),
-        Some(code),
-        "exit status {}; stderr:\n{}",
-        finished.status,
-        finished.stderr
-    );
 }
 
 /// The claim key's value as JSON.
@@ -72,33 +41,6 @@ fn mark(etcd: &EtcdCluster, datacenter: u64, worker: u64) -> u64 {
         .unwrap_or_else(|| panic!("no mark for {datacenter}/{worker}"));
     let json: serde_json::Value = serde_json::from_str(&text).unwrap();
     json["high_water_ms"].as_u64().expect("high_water_ms")
-}
-
-/// Polls `GET /v1/id` until it answers 200 (at most `timeout`); the 503 messages seen before.
-fn first_id(node: &ServeProcess, timeout: Duration) -> (u64, Vec<String>) {
-    let deadline = Instant::now() + timeout;
-    let mut refusals = Vec::new();
-    loop {
-        let response = node.get("/v1/id");
-        if response.status == 200 {
-            return (response.ids()[0], refusals);
-        }
-        assert_eq!(response.status, 503, "{response:?}");
-        refusals.push(response.error());
-        assert!(
-            Instant::now() < deadline,
-            "no id within {timeout:?}; last refusal {:?}; stderr:\n{}",
-            refusals.last(),
-            node.stderr()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-fn insert_all(all: &mut HashSet<u64>, ids: &[u64]) {
-    for &id in ids {
-        assert!(all.insert(id), "duplicate id {id}");
-    }
 }
 
 #[test]

@@ -3,22 +3,13 @@
 //! (driven by libfaketime in the child only) while running and across restarts.
 
 use crate::support::{FakeClock, Response, Serve, ServeProcess, get, request, state_file};
-use crate::support::{libfaketime, timestamp_ms};
+use crate::support::{assert_exit, libfaketime, now_ms, temp_dir, timestamp_ms};
 use std::collections::HashSet;
 use std::net::TcpListener;
 use std::path::Path;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 const EPOCH_MS: u64 = 1_288_834_974_657;
-
-fn now_ms() -> u64 {
-    let elapsed = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
-    u64::try_from(elapsed.as_millis()).unwrap()
-}
-
-fn temp_dir() -> tempfile::TempDir {
-    tempfile::tempdir().expect("temp dir")
-}
 
 /// Checks a 503 refusal: JSON error, a `Retry-After` of whole seconds (at least 1); returns
 /// the message.
@@ -83,16 +74,6 @@ fn fetch_ids(server: &ServeProcess, rounds: usize) -> Vec<u64> {
     }
     assert!(ids.windows(2).all(|w| w[0] < w[1]), "ids not increasing");
     ids
-}
-
-fn assert_exit(finished: &crate::support::Finished, code: i32) {
-    assert_eq!(
-        finished.status.code(),
-        Some(code),
-        "exit status {}; stderr:\n{}",
-        finished.status,
-        finished.stderr
-    );
 }
 
 // 1. Every route.

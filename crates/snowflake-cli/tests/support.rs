@@ -1,7 +1,7 @@
 //! Helpers for running the real `snowflake serve` binary: a child process that is always
 //! killed, a tiny blocking HTTP/1.1 client, and a libfaketime clock for the child only.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::ffi::OsString;
 use std::fs;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -11,7 +11,7 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// How long the service may take to log its listening address.
 pub const START_TIMEOUT: Duration = Duration::from_secs(10);
@@ -161,11 +161,7 @@ impl Serve {
             }
         });
         let stdout = child.stdout.take().expect("piped stdout");
-        let stdout_reader = std::thread::spawn(move || {
-            let mut out = Vec::new();
-            let _ = BufReader::new(stdout).read_to_end(&mut out);
-            out
-        });
+        let stdout_reader = drain(stdout);
         ServeProcess {
             child,
             addr: None,
@@ -257,12 +253,7 @@ impl ServeProcess {
 
     /// Sends a signal by name (`TERM`, `INT`, `KILL`) with `kill(1)`.
     pub fn signal(&self, name: &str) {
-        let status = Command::new("kill")
-            .arg(format!("-{name}"))
-            .arg(self.pid().to_string())
-            .status()
-            .expect("run kill");
-        assert!(status.success(), "kill -{name} {} failed", self.pid());
+        send_signal(self.pid(), name);
     }
 
     /// Waits for the process to exit; panics (after killing it) if it takes longer than
@@ -578,4 +569,101 @@ impl FakeClock {
         fs::write(&tmp, format!("{offset}\n")).expect("write faketime file");
         fs::rename(&tmp, &self.file).expect("rename faketime file");
     }
+}
+
+// Shared by the serve and fleet tests.
+
+/// The wall clock in Unix ms.
+pub fn now_ms() -> u64 {
+    let elapsed = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
+    u64::try_from(elapsed.as_millis()).unwrap()
+}
+
+/// A fresh temporary directory, removed when dropped.
+pub fn temp_dir() -> tempfile::TempDir {
+    tempfile::tempdir().expect("temp dir")
+}
+
+/// The process exited with `code`; its stderr otherwise.
+pub fn assert_exit(finished: &Finished, code: i32) {
+    assert_eq!(
+        finished.status.code(),
+        Some(code),
+        "exit status {}; stderr:\n{}",
+        finished.status,
+        finished.stderr
+    );
+}
+
+/// `GET /v1/info`, which must answer 200.
+pub fn info(node: &ServeProcess) -> serde_json::Value {
+    let response = node.get("/v1/info");
+    assert_eq!(response.status, 200, "{response:?}");
+    response.json()
+}
+
+/// The worker id inside an ID (default layout).
+pub fn worker_in(id: u64) -> u64 {
+    (id >> 12) & 31
+}
+
+/// The worker id a node reports in `/v1/info`.
+pub fn worker_of(node: &ServeProcess) -> u64 {
+    info(node)["worker_id"].as_u64().expect("worker_id")
+}
+
+/// Polls `GET /v1/id` until it answers 200 (at most `timeout`); the 503 messages seen before.
+pub fn first_id(node: &ServeProcess, timeout: Duration) -> (u64, Vec<String>) {
+    let deadline = Instant::now() + timeout;
+    let mut refusals = Vec::new();
+    loop {
+        let response = node.get("/v1/id");
+        if response.status == 200 {
+            return (response.ids()[0], refusals);
+        }
+        assert_eq!(response.status, 503, "{response:?}");
+        refusals.push(response.error());
+        assert!(
+            Instant::now() < deadline,
+            "no id within {timeout:?}; last refusal {:?}; stderr:\n{}",
+            refusals.last(),
+            node.stderr()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Asserts every ID is new to `all`, and adds it.
+pub fn insert_all(all: &mut HashSet<u64>, ids: &[u64]) {
+    for &id in ids {
+        assert!(all.insert(id), "duplicate id {id}");
+    }
+}
+
+/// `kill -NAME pid`, which must succeed.
+pub fn send_signal(pid: u32, name: &str) {
+    let status = Command::new("kill")
+        .arg(format!("-{name}"))
+        .arg(pid.to_string())
+        .status()
+        .expect("run kill");
+    assert!(status.success(), "kill -{name} {pid} failed");
+}
+
+/// SIGCONT, best effort, so that a stopped process dies at once when killed.
+pub fn continue_process(child: &Child) {
+    let _ = Command::new("kill")
+        .arg("-CONT")
+        .arg(child.id().to_string())
+        .stderr(Stdio::null())
+        .status();
+}
+
+/// Reads a child's pipe to its end on a thread of its own, so the child never blocks on it.
+pub fn drain(mut pipe: impl Read + Send + 'static) -> JoinHandle<Vec<u8>> {
+    std::thread::spawn(move || {
+        let mut bytes = Vec::new();
+        let _ = pipe.read_to_end(&mut bytes);
+        bytes
+    })
 }

@@ -5,13 +5,16 @@
 //! no duplicate across nodes, the release at a graceful stop; and the host-based worker ids
 //! (`--worker-id-from-hostname`, the config file's `[worker_id_map]`), which need no ZooKeeper.
 
-use crate::support::{FakeClock, Finished, Serve, ServeProcess, get, timestamp_ms, try_get};
+use crate::support::{
+    FakeClock, Finished, Serve, ServeProcess, assert_exit, first_id, get, info, insert_all, now_ms,
+    temp_dir, timestamp_ms, try_get, worker_in, worker_of,
+};
 use crate::zookeeper_server::ZooKeeper;
 use std::collections::HashSet;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 /// The session timeout the test nodes ask for, in ms: short, so expiry-based tests stay quick
 /// (the harness's ZooKeeper accepts 1000..=60000).
@@ -22,15 +25,6 @@ const PATH: &str = "/snowflake-servers";
 const MARKS: &str = "/snowflake-servers-marks";
 /// Twitter's epoch, the default layout's.
 const EPOCH_MS: u64 = 1_288_834_974_657;
-
-fn now_ms() -> u64 {
-    let elapsed = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
-    u64::try_from(elapsed.as_millis()).unwrap()
-}
-
-fn temp_dir() -> tempfile::TempDir {
-    tempfile::tempdir().expect("temp dir")
-}
 
 /// `snowflake serve` registering in `zk` with a session of `session_ms`, its own state dir.
 fn zk_node_with_session(zk: &ZooKeeper, state_dir: &Path, session_ms: u64) -> Serve {
@@ -47,16 +41,6 @@ fn zk_node(zk: &ZooKeeper, state_dir: &Path) -> Serve {
     zk_node_with_session(zk, state_dir, SESSION_MS)
 }
 
-fn info(node: &ServeProcess) -> serde_json::Value {
-    let response = node.get("/v1/info");
-    assert_eq!(response.status, 200, "{response:?}");
-    response.json()
-}
-
-fn worker_of(node: &ServeProcess) -> u64 {
-    info(node)["worker_id"].as_u64().expect("worker_id")
-}
-
 /// The ZooKeeper session a node says it holds (hex, as `/v1/info` shows it).
 fn session_of(node: &ServeProcess) -> String {
     let info = info(node);
@@ -64,21 +48,6 @@ fn session_of(node: &ServeProcess) -> String {
         .as_str()
         .unwrap_or_else(|| panic!("no session in {info}"))
         .to_owned()
-}
-
-/// The worker id inside an ID (default layout).
-fn worker_in(id: u64) -> u64 {
-    (id >> 12) & 31
-}
-
-fn assert_exit(finished: &Finished, code: i32) {
-    assert_eq!(
-        finished.status.code(),
-        Some(code),
-        "exit status {}; stderr:\n{}",
-        finished.status,
-        finished.stderr
-    );
 }
 
 fn assert_mentions(finished: &Finished, needles: &[&str]) {
@@ -116,33 +85,6 @@ fn ephemerals(zk: &ZooKeeper) -> u64 {
         .find_map(|l| l.strip_prefix("zk_ephemerals_count"))
         .and_then(|v| v.trim().parse().ok())
         .unwrap_or_else(|| panic!("no zk_ephemerals_count in mntr:\n{mntr}"))
-}
-
-/// Polls `GET /v1/id` until it answers 200 (at most `timeout`); the 503 messages seen before.
-fn first_id(node: &ServeProcess, timeout: Duration) -> (u64, Vec<String>) {
-    let deadline = Instant::now() + timeout;
-    let mut refusals = Vec::new();
-    loop {
-        let response = node.get("/v1/id");
-        if response.status == 200 {
-            return (response.ids()[0], refusals);
-        }
-        assert_eq!(response.status, 503, "{response:?}");
-        refusals.push(response.error());
-        assert!(
-            Instant::now() < deadline,
-            "no id within {timeout:?}; last refusal {:?}; stderr:\n{}",
-            refusals.last(),
-            node.stderr()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-fn insert_all(all: &mut HashSet<u64>, ids: &[u64]) {
-    for &id in ids {
-        assert!(all.insert(id), "duplicate id {id}");
-    }
 }
 
 #[test]

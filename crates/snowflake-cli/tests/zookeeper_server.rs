@@ -8,6 +8,7 @@
 //! `java` and `/usr/share/java/zookeeper.jar` are required: a missing one fails the test with a
 //! message pointing at `scripts/test`, which installs them. Nothing is ever skipped.
 
+use crate::support::{continue_process, drain, send_signal};
 use std::fmt::Write as _;
 use std::fs::{self, OpenOptions};
 use std::io::{self, Read, Write};
@@ -542,12 +543,7 @@ impl ZooKeeper {
             .child
             .as_ref()
             .unwrap_or_else(|| panic!("the ZooKeeper server is killed: cannot send SIG{name}"));
-        let status = Command::new("kill")
-            .arg(format!("-{name}"))
-            .arg(child.id().to_string())
-            .status()
-            .expect("run kill");
-        assert!(status.success(), "kill -{name} {} failed", child.id());
+        send_signal(child.id(), name);
     }
 }
 
@@ -559,15 +555,6 @@ impl Drop for ZooKeeper {
             let _ = child.wait();
         }
     }
-}
-
-/// SIGCONT, best effort, so that a stopped process dies at once when killed.
-fn continue_process(child: &Child) {
-    let _ = Command::new("kill")
-        .arg("-CONT")
-        .arg(child.id().to_string())
-        .stderr(Stdio::null())
-        .status();
 }
 
 /// The path of `java` on `PATH`; panics saying how to install it.
@@ -670,15 +657,6 @@ fn quote(data: &str) -> String {
     } else {
         panic!("zkCli data cannot hold both ' and \": {data:?}")
     }
-}
-
-/// Reads a pipe to its end on its own thread, so the child never blocks on a full pipe.
-fn drain(mut pipe: impl Read + Send + 'static) -> thread::JoinHandle<Vec<u8>> {
-    thread::spawn(move || {
-        let mut bytes = Vec::new();
-        let _ = pipe.read_to_end(&mut bytes);
-        bytes
-    })
 }
 
 #[test]
