@@ -428,19 +428,31 @@ async fn a_takeover_waits_for_the_clock_to_pass_the_previous_holders_mark() {
         floor
     );
 
-    // At the floor itself: still nothing (the previous holder may have used that millisecond).
+    let ids = opens_only_above(&server, floor).await;
+    assert_eq!(ids.len(), 50);
+    stop(server).await;
+    // Nothing at or below the floor was ever written to the coordinator: a successor that
+    // read such a mark could reissue the previous holder's IDs.
+    let marks = lease.marks();
+    assert!(!marks.is_empty());
+    assert!(marks.iter().all(|m| *m > floor), "{marks:?} vs {floor}");
+}
+
+/// After a claim above `floor` (Unix ms): nothing at the floor itself (the previous holder may
+/// have used that millisecond), IDs from `floor + 1`, and never one at or below the floor even
+/// when the clock steps back before it. Returns 50 IDs issued there.
+async fn opens_only_above(server: &TestServer, floor: u64) -> Vec<u64> {
     server.clock.set_ms(floor);
     tokio::time::sleep(Duration::from_millis(120)).await;
     assert_eq!(
-        get(&server, "/v1/id").await.status,
+        get(server, "/v1/id").await.status,
         StatusCode::SERVICE_UNAVAILABLE
     );
 
     server.clock.set_ms(floor + 1);
-    wait_ready(&server).await;
-    // Open, but never below the floor, even if the clock steps back before the first ID.
+    wait_ready(server).await;
     server.clock.set_ms(floor - 1000);
-    let refused = get(&server, "/v1/id").await;
+    let refused = get(server, "/v1/id").await;
     assert_eq!(
         refused.status,
         StatusCode::SERVICE_UNAVAILABLE,
@@ -448,17 +460,11 @@ async fn a_takeover_waits_for_the_clock_to_pass_the_previous_holders_mark() {
     );
     assert!(refused.error().contains("backwards"), "{}", refused.error());
     server.clock.set_ms(floor + 1);
-    let ids = ids_of(&get(&server, "/v1/ids?count=50").await);
-    assert_eq!(ids.len(), 50);
+    let ids = ids_of(&get(server, "/v1/ids?count=50").await);
     for id in &ids {
         assert!(ms_of(*id) > floor, "{id} at {} <= {floor}", ms_of(*id));
     }
-    stop(server).await;
-    // Nothing at or below the floor was ever written to the coordinator: a successor that
-    // read such a mark could reissue the previous holder's IDs.
-    let marks = lease.marks();
-    assert!(!marks.is_empty());
-    assert!(marks.iter().all(|m| *m > floor), "{marks:?} vs {floor}");
+    ids
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -479,28 +485,8 @@ async fn a_reclaim_with_a_higher_floor_moves_the_node_above_it() {
         "{}",
         refused.error()
     );
-    server.clock.set_ms(floor);
-    tokio::time::sleep(Duration::from_millis(120)).await;
-    assert_eq!(
-        get(&server, "/v1/id").await.status,
-        StatusCode::SERVICE_UNAVAILABLE
-    );
-
-    server.clock.set_ms(floor + 1);
-    wait_ready(&server).await;
-    // Open, but never below the floor, even if the clock steps back before the next ID.
-    server.clock.set_ms(floor - 1000);
-    let refused = get(&server, "/v1/id").await;
-    assert_eq!(
-        refused.status,
-        StatusCode::SERVICE_UNAVAILABLE,
-        "{refused:?}"
-    );
-    assert!(refused.error().contains("backwards"), "{}", refused.error());
-    server.clock.set_ms(floor + 1);
-    let ids = ids_of(&get(&server, "/v1/ids?count=50").await);
+    let ids = opens_only_above(&server, floor).await;
     for id in &ids {
-        assert!(ms_of(*id) > floor, "{id} at {} <= {floor}", ms_of(*id));
         assert!(*id > before);
     }
     // Every ID is covered by a mark the coordinator accepted.
@@ -654,11 +640,35 @@ async fn start_and_change_the_fence_while_opening(
     server
 }
 
-// BUG (node.rs, `Node::keep`): the keeper subscribes to the fence only when it starts, after
-// `Node::start` has written the first reservation, and `watch::Sender::subscribe` marks the
-// value current at that moment as seen; the keeper never applies it. A fence change sent
-// between `Node::with_coordinator` reading the fence and the keeper starting is ignored until
-// the next change: here the node keeps issuing IDs although the lease is lost.
+/// Waits until the node wrote its first mark (it opened), then gives its keeper 200 ms.
+async fn opened(lease: &FakeLease) {
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while lease.stored() == 0 {
+        assert!(Instant::now() < deadline, "{:?}", lease.calls());
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+}
+
+/// Makes the keeper's next reservation due (the clock at `T + 150`) and holds it up in the
+/// coordinator until `lease.hold_marks(false)`; returns once it has started.
+async fn hold_up_the_next_reservation(server: &TestServer, lease: &FakeLease) {
+    let started = lease.marks_started.load(Ordering::SeqCst);
+    lease.hold_marks(true);
+    server.clock.set_ms(T + 150);
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while lease.marks_started.load(Ordering::SeqCst) == started {
+        assert!(Instant::now() < deadline, "no reservation started");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+// Regression test; the bug it found, since fixed (node.rs, `Node::keep`): the keeper subscribed to
+// the fence only when it starts, after `Node::start` has written the first reservation, and
+// `watch::Sender::subscribe` marks the value current at that moment as seen; the keeper never
+// applies it. A fence change sent between `Node::with_coordinator` reading the fence and the keeper
+// starting is ignored until the next change: here the node keeps issuing IDs although the lease is
+// lost.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lease_lost_while_the_node_opens_stops_it() {
     let dir = tempfile::tempdir().unwrap();
@@ -673,32 +683,23 @@ async fn a_lease_lost_while_the_node_opens_stops_it() {
     )
     .await;
     // Give the node time to open (it would, were the fence held) and its keeper time to start.
-    let deadline = Instant::now() + Duration::from_secs(3);
-    while lease.stored() == 0 {
-        assert!(Instant::now() < deadline, "{:?}", lease.calls());
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    opened(&lease).await;
     let reply = get(&server, "/v1/id").await;
     assert_eq!(reply.status, StatusCode::SERVICE_UNAVAILABLE, "{reply:?}");
     assert!(reply.error().contains(reason), "{}", reply.error());
     stop(server).await;
 }
 
-// BUG (same cause): a re-claim with a higher floor sent while the node opens is missed, so the
-// node issues IDs at or below the floor, which the previous holder may have issued.
+// Regression test; the bug it found, since fixed (same cause): a re-claim with a higher floor sent
+// while the node opens is missed, so the node issues IDs at or below the floor, which the previous
+// holder may have issued.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reclaim_while_the_node_opens_moves_it_above_the_floor() {
     let dir = tempfile::tempdir().unwrap();
     let lease = FakeLease::new(held(0));
     let floor = T + 2000;
     let server = start_and_change_the_fence_while_opening(dir.path(), &lease, held(floor)).await;
-    let deadline = Instant::now() + Duration::from_secs(3);
-    while lease.stored() == 0 {
-        assert!(Instant::now() < deadline, "{:?}", lease.calls());
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    opened(&lease).await;
     let reply = get(&server, "/v1/id").await;
     if reply.status == StatusCode::OK {
         let at = ms_of(id_of(&reply));
@@ -710,11 +711,11 @@ async fn a_reclaim_while_the_node_opens_moves_it_above_the_floor() {
     stop(server).await;
 }
 
-// BUG (node.rs, `Node::keep`): fence changes are applied only by the keeper's loop, which also
-// awaits its own reservations (`tick` → `reserve` → `store` → `Coordinator::store_mark`). While
-// a mark write is slow (etcd bounds it by a third of the TTL), a lost lease is not applied:
-// the node keeps issuing IDs and reports ready although the fence is down. (Uniqueness still
-// holds: those IDs are at or below a mark the coordinator accepted.)
+// Regression test; the bug it found, since fixed (node.rs, `Node::keep`): fence changes are applied
+// only by the keeper's loop, which also awaits its own reservations (`tick` → `reserve` → `store` →
+// `Coordinator::store_mark`). While a mark write is slow (etcd bounds it by a third of the TTL), a
+// lost lease is not applied: the node keeps issuing IDs and reports ready although the fence is
+// down. (Uniqueness still holds: those IDs are at or below a mark the coordinator accepted.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lease_lost_during_a_slow_mark_write_stops_the_node_at_once() {
     let dir = tempfile::tempdir().unwrap();
@@ -722,14 +723,7 @@ async fn a_lease_lost_during_a_slow_mark_write_stops_the_node_at_once() {
     let server = start(dir.path(), T, &lease).await;
     wait_ready(&server).await;
     // The keeper's next reservation is due, and the coordinator is slow to take it.
-    let started = lease.marks_started.load(Ordering::SeqCst);
-    lease.hold_marks(true);
-    server.clock.set_ms(T + 150);
-    let deadline = Instant::now() + Duration::from_secs(3);
-    while lease.marks_started.load(Ordering::SeqCst) == started {
-        assert!(Instant::now() < deadline, "no reservation started");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    hold_up_the_next_reservation(&server, &lease).await;
     let reason = "the claim was taken away (test)";
     lease.set(Fence::Lost {
         reason: reason.into(),
@@ -743,13 +737,13 @@ async fn a_lease_lost_during_a_slow_mark_write_stops_the_node_at_once() {
     stop(server).await;
 }
 
-// BUG (node.rs, `Node::keep`): the keeper arms its deadline timer only while the deadline is
-// still ahead (`Fence::Held { until, .. } if *until > Instant::now()`). When the deadline
-// passes while the keeper is busy elsewhere (here a reservation write held up in `store_mark`;
-// also a tick that wins the `select!` against the timer at the deadline), the next loop drops
-// it, and nothing closes the node: it keeps issuing IDs and reports ready with the lease run
-// out, until the wall-clock issue limit (frozen here) stops it. (Uniqueness still holds: IDs stay
-// at or below marks the coordinator accepted.)
+// Regression test; the bug it found, since fixed (node.rs, `Node::keep`): the keeper armed its
+// deadline timer only while the deadline is still ahead (`Fence::Held { until, .. } if *until >
+// Instant::now()`). When the deadline passes while the keeper is busy elsewhere (here a reservation
+// write held up in `store_mark`; also a tick that wins the `select!` against the timer at the
+// deadline), the next loop drops it, and nothing closes the node: it keeps issuing IDs and reports
+// ready with the lease run out, until the wall-clock issue limit (frozen here) stops it.
+// (Uniqueness still holds: IDs stay at or below marks the coordinator accepted.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lease_that_runs_out_during_a_reservation_write_still_closes_the_node() {
     let dir = tempfile::tempdir().unwrap();
@@ -760,14 +754,7 @@ async fn a_lease_that_runs_out_during_a_reservation_write_still_closes_the_node(
     lease.set(Fence::Held { until, floor_ms: 0 });
     // Let the keeper apply it, then hold up its next reservation across the deadline.
     tokio::time::sleep(Duration::from_millis(50)).await;
-    let started = lease.marks_started.load(Ordering::SeqCst);
-    lease.hold_marks(true);
-    server.clock.set_ms(T + 150);
-    let deadline = Instant::now() + Duration::from_secs(3);
-    while lease.marks_started.load(Ordering::SeqCst) == started {
-        assert!(Instant::now() < deadline, "no reservation started");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    hold_up_the_next_reservation(&server, &lease).await;
     assert!(Instant::now() < until, "the reservation started too late");
     tokio::time::sleep(
         until.saturating_duration_since(Instant::now()) + Duration::from_millis(100),
