@@ -221,7 +221,7 @@ async fn next_id(
     };
     if !is_one_plain_message::<NextIdRequest>(&received) || !body.is_end_stream() {
         // tonic answers malformed, compressed, oversized or extra frames its usual way.
-        let request = Request::from_parts(parts, Prefixed::new(received, body));
+        let request = Request::from_parts(parts, H2Body::with_prefix(received, body));
         let left = timeout.saturating_sub(started.elapsed());
         Box::pin(bridge(shared, left, request, respond)).await;
         return;
@@ -385,9 +385,10 @@ async fn window_open(send: &mut SendStream<Bytes>) -> bool {
 }
 
 /// An `h2` request body as an `http_body::Body`, giving flow-control capacity back as it is
-/// read.
+/// read; after any bytes already read from it (`prefix`).
 #[derive(Debug)]
 struct H2Body {
+    prefix: Option<Bytes>,
     recv: RecvStream,
     data_done: bool,
     done: bool,
@@ -395,7 +396,13 @@ struct H2Body {
 
 impl H2Body {
     fn new(recv: RecvStream) -> H2Body {
+        H2Body::with_prefix(Bytes::new(), recv)
+    }
+
+    /// The body of which `prefix` was already read.
+    fn with_prefix(prefix: Bytes, recv: RecvStream) -> H2Body {
         H2Body {
+            prefix: Some(prefix).filter(|p| p.has_remaining()),
             recv,
             data_done: false,
             done: false,
@@ -412,6 +419,9 @@ impl Body for H2Body {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, h2::Error>>> {
         let this = self.get_mut();
+        if let Some(prefix) = this.prefix.take() {
+            return Poll::Ready(Some(Ok(Frame::data(prefix))));
+        }
         if this.done {
             return Poll::Ready(None);
         }
@@ -428,8 +438,10 @@ impl Body for H2Body {
                 None => this.data_done = true,
             }
         }
+        // Done only once the trailers are in: a pending poll must not end the body.
+        let trailers = ready!(this.recv.poll_trailers(cx));
         this.done = true;
-        match ready!(this.recv.poll_trailers(cx)) {
+        match trailers {
             Ok(Some(trailers)) => Poll::Ready(Some(Ok(Frame::trailers(trailers)))),
             Ok(None) => Poll::Ready(None),
             Err(err) => Poll::Ready(Some(Err(err))),
@@ -437,43 +449,7 @@ impl Body for H2Body {
     }
 
     fn is_end_stream(&self) -> bool {
-        self.done || self.recv.is_end_stream()
-    }
-}
-
-/// A request body whose first bytes were already read: those bytes, then the rest.
-#[derive(Debug)]
-struct Prefixed {
-    prefix: Option<Bytes>,
-    rest: H2Body,
-}
-
-impl Prefixed {
-    fn new(prefix: Bytes, rest: RecvStream) -> Prefixed {
-        Prefixed {
-            prefix: Some(prefix).filter(|p| p.has_remaining()),
-            rest: H2Body::new(rest),
-        }
-    }
-}
-
-impl Body for Prefixed {
-    type Data = Bytes;
-    type Error = h2::Error;
-
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, h2::Error>>> {
-        let this = self.get_mut();
-        if let Some(prefix) = this.prefix.take() {
-            return Poll::Ready(Some(Ok(Frame::data(prefix))));
-        }
-        Pin::new(&mut this.rest).poll_frame(cx)
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.prefix.is_none() && self.rest.is_end_stream()
+        self.prefix.is_none() && (self.done || self.recv.is_end_stream())
     }
 }
 
