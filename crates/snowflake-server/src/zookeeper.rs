@@ -558,10 +558,7 @@ impl ZooKeeperRegistration {
                     continue;
                 }
                 Err(err) => {
-                    if matches!(
-                        client.state(),
-                        zk::SessionState::Expired | zk::SessionState::Closed
-                    ) {
+                    if session_gone(&client) {
                         self.lose(format!("the ZooKeeper session {session} expired"));
                         continue;
                     }
@@ -582,6 +579,23 @@ impl ZooKeeperRegistration {
         }
     }
 
+    /// One attempt at registering this node's worker on `client` (see [`try_register`]).
+    async fn try_register(
+        &self,
+        client: &zk::Client,
+        timeout: Duration,
+    ) -> Result<Result<Attempt, String>, String> {
+        try_register(
+            client,
+            &self.node_path,
+            &self.mark_path,
+            &self.data,
+            self.epoch_ms,
+            timeout,
+        )
+        .await
+    }
+
     /// After the session expired: a new session, the same worker, the mark read again. Fails
     /// only when another node holds the worker.
     async fn register_again(&self) -> Result<(), String> {
@@ -597,15 +611,7 @@ impl ZooKeeperRegistration {
                 }
             };
             let client = connected.client;
-            let mut attempt = try_register(
-                &client,
-                &self.node_path,
-                &self.mark_path,
-                &self.data,
-                self.epoch_ms,
-                timeout,
-            )
-            .await;
+            let mut attempt = self.try_register(&client, timeout).await;
             if let Ok(Ok(Attempt::HeldBy { owner, .. })) = &attempt
                 && *owner == previous
             {
@@ -615,15 +621,7 @@ impl ZooKeeperRegistration {
                 tracing::info!(znode = %self.node_path, old_session = %previous, "the previous session's znode is still there; replacing it");
                 match bounded(timeout, client.delete(&self.node_path, None)).await {
                     Ok(()) | Err(CallError::Zk(zk::Error::NoNode)) => {
-                        attempt = try_register(
-                            &client,
-                            &self.node_path,
-                            &self.mark_path,
-                            &self.data,
-                            self.epoch_ms,
-                            timeout,
-                        )
-                        .await;
+                        attempt = self.try_register(&client, timeout).await;
                     }
                     Err(err) => attempt = Err(err.to_string()),
                 }
@@ -704,10 +702,7 @@ impl ZooKeeperRegistration {
             }
             Ok(Err(err)) => {
                 let message = err.to_string();
-                if matches!(
-                    client.state(),
-                    zk::SessionState::Expired | zk::SessionState::Closed
-                ) {
+                if session_gone(&client) {
                     self.lose(format!("the ZooKeeper session {session} expired"));
                 }
                 Err(message)
@@ -769,6 +764,15 @@ impl Coordinator for ZooKeeperRegistration {
             |own| (Some(own.session.clone()), own.timeout.as_secs()),
         )
     }
+}
+
+/// Whether the client's session is over (expired, or the client closed): the registration is
+/// then lost, whatever the failed call was.
+fn session_gone(client: &zk::Client) -> bool {
+    matches!(
+        client.state(),
+        zk::SessionState::Expired | zk::SessionState::Closed
+    )
 }
 
 /// The safety margin: a fifth of the session timeout.
