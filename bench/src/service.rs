@@ -275,13 +275,18 @@ impl Drop for SfServer {
 
 /// `wrk -t1 -cN -dSs` against our server's `GET /v1/id`.
 pub fn wrk(http_port: u16, connections: u32, secs: u64) -> Result<parse::Wrk> {
-    let out = run_cmd(Command::new("wrk").args([
-        "-t1",
-        &format!("-c{connections}"),
-        &format!("-d{secs}s"),
-        &format!("http://127.0.0.1:{http_port}/v1/id"),
-    ]))?;
-    parse::wrk(&out)
+    parse::wrk(&run_wrk(http_port, connections, secs, &[])?)
+}
+
+/// `wrk -t1` with `connections` against our `GET /v1/id` for `secs`, plus `extra` flags; its
+/// output.
+fn run_wrk(http_port: u16, connections: u32, secs: u64, extra: &[&str]) -> Result<String> {
+    run_cmd(
+        Command::new("wrk")
+            .args(["-t1", &format!("-c{connections}"), &format!("-d{secs}s")])
+            .args(extra)
+            .arg(format!("http://127.0.0.1:{http_port}/v1/id")),
+    )
 }
 
 /// `h2load` (nghttp2's C load generator, the HTTP/2 counterpart of wrk) against our gRPC
@@ -366,13 +371,7 @@ pub fn wrk_latency(
     connections: u32,
     secs: u64,
 ) -> Result<(parse::Wrk, parse::WrkLatency)> {
-    let out = run_cmd(Command::new("wrk").args([
-        "-t1",
-        &format!("-c{connections}"),
-        &format!("-d{secs}s"),
-        "--latency",
-        &format!("http://127.0.0.1:{http_port}/v1/id"),
-    ]))?;
+    let out = run_wrk(http_port, connections, secs, &["--latency"])?;
     Ok((parse::wrk(&out)?, parse::wrk_latency(&out)?))
 }
 
@@ -837,7 +836,7 @@ pub fn run(root: &Path, secs: f64, rounds: usize) -> Result<Run> {
     // Closed loop: wrk with the fewest connections whose throughput reaches half of the peak.
     let mut closed_connections = 1;
     while closed_connections < 16 {
-        let (w, _) = wrk_latency(svc.sf().http_port, closed_connections, 1)?;
+        let w = svc.wrk(closed_connections, 1)?;
         if w.requests_per_sec >= half as f64 {
             break;
         }
