@@ -14,6 +14,15 @@ fn err(args: &ServeArgs) -> String {
     Config::resolve(args, None).unwrap_err().to_string()
 }
 
+/// Each configuration is refused with one line that contains its message.
+fn assert_refused(cases: &[(ServeArgs, &str)]) {
+    for (args, message) in cases {
+        let got = err(args);
+        assert!(got.contains(message), "{got:?} lacks {message:?}");
+        assert_eq!(got.lines().count(), 1);
+    }
+}
+
 #[test]
 fn defaults_need_no_flags() {
     let config = Config::resolve(&ServeArgs::default(), None).unwrap();
@@ -179,11 +188,7 @@ fn bad_values_name_the_setting_the_value_and_the_range() {
             "expected 64..=16384000, found 16",
         ),
     ];
-    for (args, message) in cases {
-        let got = err(&args);
-        assert!(got.contains(message), "{got:?} lacks {message:?}");
-        assert_eq!(got.lines().count(), 1);
-    }
+    assert_refused(&cases);
     let future = Config::resolve(&ServeArgs::default(), Some("99999999999999"))
         .unwrap_err()
         .to_string();
@@ -455,11 +460,7 @@ fn etcd_settings_without_etcd_endpoints_are_refused() {
             "--claim-timeout-secs needs --etcd-endpoints",
         ),
     ];
-    for (args, message) in cases {
-        let got = err(&args);
-        assert!(got.contains(message), "{got:?} lacks {message:?}");
-        assert_eq!(got.lines().count(), 1);
-    }
+    assert_refused(&cases);
     // Still range-checked first: the more precise error wins.
     let got = err(&ServeArgs {
         lease_ttl_secs: Some("1".into()),
