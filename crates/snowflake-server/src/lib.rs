@@ -7,7 +7,6 @@
 #![deny(missing_docs)]
 
 pub mod config;
-pub mod etcd;
 pub mod fleet;
 pub mod grpc;
 pub mod http;
@@ -15,7 +14,11 @@ pub mod metrics;
 pub mod node;
 pub mod state;
 pub mod thrift;
-pub mod zookeeper;
+
+/// The etcd coordinator, also reachable as `fleet::etcd`.
+pub use fleet::etcd;
+/// The ZooKeeper coordinator, also reachable as `fleet::zookeeper`.
+pub use fleet::zookeeper;
 
 pub use config::{Config, ConfigError, EtcdConfig, LogFormat, ServeArgs, ZooKeeperConfig};
 pub use etcd::{ClaimError, EtcdLease, Holder};

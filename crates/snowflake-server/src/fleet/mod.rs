@@ -1,3 +1,7 @@
+//! The coordinators that lease a node its (datacenter, worker) pair, side by side: [`etcd`]
+//! (a lease with keep-alives) and [`zookeeper`] (an ephemeral znode, the 2010 layout), and what
+//! they share.
+//!
 //! What the node needs from a coordination service that leases its (datacenter, worker) pair
 //! (etcd or ZooKeeper): a fence that says until when the pair is provably held, and a durable
 //! copy of the high-water mark that only the holder can write. `Proof` is the bookkeeping of
@@ -8,6 +12,9 @@
 //! pair reads that mark and issues only above it, so even a predecessor that lost its lease
 //! without noticing (frozen, partitioned, its clock ahead) cannot collide with it: everything
 //! it could still issue is at or below the mark it wrote while it held the pair.
+
+pub mod etcd;
+pub mod zookeeper;
 
 use std::fmt;
 use std::future::Future;
