@@ -339,6 +339,58 @@ pub fn mark_json(mark_ms: u64, epoch_ms: u64, writer_field: &str, writer: &str) 
     value.to_string()
 }
 
+/// A pair's mark as an operator tool reads it from a coordination service.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct StoredMark {
+    /// The high-water mark (Unix ms); 0 when none was ever written.
+    pub high_water_ms: u64,
+    /// The stored value as it is, for display (empty when none).
+    pub value: String,
+    /// Who holds the pair right now (the claim key's value, or the znode's data and session),
+    /// if anybody does.
+    pub holder: Option<String>,
+    /// Where it is stored (the etcd key or the znode path).
+    pub location: String,
+}
+
+/// Refuses a mark no ID of `layout` can ever be issued above: past the layout's last
+/// millisecond, the pair could never open again. Returns the mark when it is usable.
+pub fn check_mark_in_layout(mark_ms: u64, layout: &snowflake_core::Layout) -> Result<u64, String> {
+    let last_ms = layout.max_timestamp_ms();
+    if mark_ms >= last_ms {
+        return Err(format!(
+            "it is {mark_ms} ({}), at or past the layout's last millisecond {last_ms} ({}), so no \
+             id could ever be issued above it (a clock far in the future wrote it?); lower it \
+             with `snowflake state lower-mark` if no id above the real time was ever used",
+            snowflake_core::format_unix_ms(mark_ms),
+            snowflake_core::format_unix_ms(last_ms)
+        ));
+    }
+    Ok(mark_ms)
+}
+
+/// The JSON of a mark lowered by an operator (`snowflake state lower-mark`): [`mark_json`]'s
+/// fields, with the writer `operator`, plus who lowered it, when, and from what.
+pub fn lowered_mark_json(
+    to_ms: u64,
+    epoch_ms: u64,
+    writer_field: &str,
+    from_ms: u64,
+    by: &str,
+    at_ms: u64,
+) -> String {
+    let mut value: serde_json::Value =
+        serde_json::from_str(&mark_json(to_ms, epoch_ms, writer_field, "operator"))
+            .unwrap_or_default();
+    value["lowered"] = serde_json::json!({
+        "from_ms": from_ms,
+        "by": by,
+        "at_ms": at_ms,
+        "at": snowflake_core::format_unix_ms(at_ms),
+    });
+    value.to_string()
+}
+
 #[cfg(test)]
 mod tests {
     use super::{Fence, Proof, mark_json, parse_mark};
