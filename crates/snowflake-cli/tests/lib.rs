@@ -3,6 +3,7 @@
 //! real ZooKeeper.
 
 mod cli;
+mod clock_steps;
 mod etcd_cluster;
 mod fleet;
 mod serve;

@@ -634,36 +634,53 @@ fn small_regressions_are_waited_out_with_max_backwards_wait_ms() {
     assert_exit(&finished, 0);
 }
 
-/// SPEC §3: "A large forward jump just leaves a gap of unissued IDs; that is harmless", and
-/// §5 lists 503 only for a clock behind or a pair not held.
+/// SPEC §3: "A large forward jump just leaves a gap of unissued IDs; that is harmless" — once
+/// the step is trusted (SPEC §8): at once when it is within `--max-clock-step-ms`, else once it
+/// has held for `--clock-step-trust-secs`, refusing with the reason meanwhile.
 #[test]
-fn clock_jumping_forward_10s_keeps_issuing() {
-    let clock = FakeClock::new();
-    let dir = temp_dir();
-    let server = Serve::new(dir.path()).faketime(&clock).start();
-    let before = fetch_ids(&server, 2);
-    let old_max = *before.last().unwrap();
-    clock.set("+10");
-    let jumped_ms = now_ms() + 10_000;
-    let mut after = Vec::new();
-    let until = Instant::now() + Duration::from_millis(1500);
-    while Instant::now() < until {
-        let response = server.get("/v1/id");
-        assert_eq!(
-            response.status,
-            200,
-            "right after the clock jumped 10 s forward ({} ids answered since): {response:?}",
-            after.len()
+fn clock_jumping_forward_10s_leaves_a_gap_once_the_step_is_trusted() {
+    for (flags, trust_secs) in [
+        (["--max-clock-step-ms", "15000"], 0),
+        (["--clock-step-trust-secs", "2"], 2),
+    ] {
+        let clock = FakeClock::new();
+        let dir = temp_dir();
+        let server = Serve::new(dir.path()).args(flags).faketime(&clock).start();
+        let before = fetch_ids(&server, 2);
+        let old_max = *before.last().unwrap();
+        clock.set("+10");
+        let jumped_ms = now_ms() + 10_000;
+        let stepped = Instant::now();
+        let mut after = Vec::new();
+        let mut refused = 0;
+        while Instant::now() < stepped + Duration::from_millis(1500 + trust_secs * 1000) {
+            let response = server.get("/v1/id");
+            if response.status == 200 {
+                after.extend(response.ids());
+                continue;
+            }
+            let message = unavailable(&response);
+            assert!(
+                message.contains("the clock stepped forward by")
+                    && stepped.elapsed() < Duration::from_millis(trust_secs * 1000 + 500),
+                "{flags:?}, {:?} after the jump: {message}",
+                stepped.elapsed()
+            );
+            refused += 1;
+        }
+        assert_eq!(refused > 0, trust_secs > 0, "{flags:?}: {refused} refusals");
+        assert!(
+            !after.is_empty(),
+            "{flags:?}: no id after the step was trusted"
         );
-        after.extend(response.ids());
+        assert!(after.windows(2).all(|w| w[0] < w[1]) && after[0] > old_max);
+        assert!(
+            timestamp_ms(after[0]) + 1000 >= jumped_ms,
+            "issued at the new time"
+        );
+        let finished = server.stop_with("TERM");
+        assert_exit(&finished, 0);
     }
-    assert!(after.windows(2).all(|w| w[0] < w[1]) && after[0] > old_max);
-    assert!(
-        timestamp_ms(after[0]) + 1000 >= jumped_ms,
-        "issued at the new time"
-    );
-    let finished = server.stop_with("TERM");
-    assert_exit(&finished, 0);
 }
 
 // 8. A restart with the clock 30 s behind.

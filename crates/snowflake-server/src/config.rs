@@ -93,6 +93,27 @@ pub struct ServeArgs {
     )]
     pub reserve_ms: Option<String>,
 
+    /// A wall-clock step forward of more than this many milliseconds is not trusted until it
+    /// has held for --clock-step-trust-secs: nothing is issued or reserved after the trusted
+    /// time meanwhile, 1..=3600000 [default: 1000].
+    #[arg(
+        long,
+        env = "SNOWFLAKE_MAX_CLOCK_STEP_MS",
+        value_name = "MS",
+        allow_negative_numbers = true
+    )]
+    pub max_clock_step_ms: Option<String>,
+
+    /// How long a forward step larger than --max-clock-step-ms must hold before it is trusted,
+    /// 1..=3600 s [default: 10]. Steps of more than a day are never trusted while running.
+    #[arg(
+        long,
+        env = "SNOWFLAKE_CLOCK_STEP_TRUST_SECS",
+        value_name = "SECS",
+        allow_negative_numbers = true
+    )]
+    pub clock_step_trust_secs: Option<String>,
+
     /// Most concurrent connections per listener, 1..=1000000; more are refused
     /// [default: 4096].
     #[arg(
@@ -306,6 +327,10 @@ pub struct Config {
     pub max_backwards_wait_ms: u64,
     /// How far ahead the high-water mark is persisted.
     pub reserve_ms: u64,
+    /// A forward clock step larger than this is not trusted at once.
+    pub max_clock_step_ms: u64,
+    /// How long a larger step must hold to be trusted.
+    pub clock_step_trust: Duration,
     /// Connection cap per listener.
     pub max_connections: usize,
     /// Per-request time limit.
@@ -418,6 +443,8 @@ impl Config {
             max_batch: 100_000,
             max_backwards_wait_ms: 0,
             reserve_ms: 3000,
+            max_clock_step_ms: 1000,
+            clock_step_trust: Duration::from_secs(10),
             max_connections: 4096,
             request_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(60),
@@ -612,6 +639,24 @@ impl Config {
             60_000,
         )? {
             config.reserve_ms = n;
+        }
+        if let Some(n) = number(
+            args.max_clock_step_ms.as_deref(),
+            "max-clock-step-ms",
+            "max_clock_step_ms",
+            1,
+            3_600_000,
+        )? {
+            config.max_clock_step_ms = n;
+        }
+        if let Some(n) = number(
+            args.clock_step_trust_secs.as_deref(),
+            "clock-step-trust-secs",
+            "clock_step_trust_secs",
+            1,
+            3600,
+        )? {
+            config.clock_step_trust = Duration::from_secs(n);
         }
         if let Some(n) = number(
             args.max_connections.as_deref(),
@@ -841,6 +886,8 @@ const FILE_KEYS: &[&str] = &[
     "max_batch",
     "max_backwards_wait_ms",
     "reserve_ms",
+    "max_clock_step_ms",
+    "clock_step_trust_secs",
     "max_connections",
     "request_timeout_ms",
     "idle_timeout_ms",
@@ -920,7 +967,9 @@ impl Sources<'_> {
         let text = match value {
             toml::Value::String(s) => s.clone(),
             toml::Value::Integer(i) => i.to_string(),
-            toml::Value::Float(f) => f.to_string(),
+            // `{:?}` keeps the fraction or exponent (`3.0`, `100000.0`), so a float is never
+            // taken for a whole number.
+            toml::Value::Float(f) => format!("{f:?}"),
             toml::Value::Boolean(b) => b.to_string(),
             other => format!("<{}>", other.type_str()),
         };
@@ -1133,7 +1182,13 @@ fn parse_advertise(text: &str) -> Result<String, String> {
 
 fn parse_number(text: &str, min: u64, max: u64) -> Result<u64, String> {
     let shown: String = text.chars().take(40).collect();
-    match text.parse::<u64>() {
+    // `u64::from_str` accepts a leading `+`; a setting is plain digits.
+    let parsed = if text.starts_with('+') {
+        "+".parse::<u64>()
+    } else {
+        text.parse::<u64>()
+    };
+    match parsed {
         Ok(n) if (min..=max).contains(&n) => Ok(n),
         Ok(_) => Err(format!("expected {min}..={max}, found {shown}")),
         Err(_)

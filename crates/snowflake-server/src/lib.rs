@@ -6,6 +6,7 @@
 
 #![deny(missing_docs)]
 
+pub mod clock_trust;
 pub mod config;
 pub mod fleet;
 pub mod grpc;
@@ -133,7 +134,23 @@ pub async fn run(
             }
         });
     }
-    node.start().await;
+    let mut shutdown = std::pin::pin!(shutdown);
+    // Opening writes the first reservation, which a stuck filesystem can hold up for ever: a
+    // shutdown meanwhile stops the service without serving.
+    let opened = tokio::select! {
+        () = node.start() => true,
+        () = &mut shutdown => false,
+    };
+    if !opened {
+        tracing::warn!("shutting down before the node opened");
+        let stored = node.shutdown().await;
+        if let Some(coordinator) = node.coordinator() {
+            coordinator.release().await;
+            let _ = lease_stop_tx.send(true);
+            while lease.join_next().await.is_some() {}
+        }
+        return stored.map(drop).map_err(RunError::from);
+    }
     // Every set aborts its tasks if this future is dropped, so nothing outlives the service.
     let mut keeper = tokio::task::JoinSet::new();
     keeper.spawn(Arc::clone(&node).keep(stop_rx.clone()));
@@ -151,7 +168,7 @@ pub async fn run(
         front_ends.spawn(async move { thrift::serve(listener, node, &config, stop).await });
     }
     let lost = tokio::select! {
-        () = shutdown => None,
+        () = &mut shutdown => None,
         Some(reason) = lost_rx.recv() => Some(reason),
     };
     match &lost {

@@ -51,6 +51,8 @@ pub struct Metrics {
     pub clock_backwards_refusals: Counter,
     /// Clock regressions waited out within `--max-backwards-wait-ms`.
     pub clock_backwards_waits: Counter,
+    /// Forward steps of the wall clock larger than `--max-clock-step-ms`, detected.
+    pub clock_forward_steps: Counter,
     /// Durable writes of the high-water mark.
     pub state_writes: Counter,
     /// Failed writes of the high-water mark.
@@ -92,6 +94,12 @@ impl Metrics {
             "clock_backwards_waits",
             "Clock regressions waited out within --max-backwards-wait-ms",
             clock_backwards_waits.clone(),
+        );
+        let clock_forward_steps = Counter::default();
+        registry.register(
+            "clock_forward_steps",
+            "Forward steps of the wall clock larger than --max-clock-step-ms (not trusted until they hold for --clock-step-trust-secs)",
+            clock_forward_steps.clone(),
         );
         let state_writes = Counter::default();
         registry.register(
@@ -148,6 +156,7 @@ impl Metrics {
             requests,
             clock_backwards_refusals,
             clock_backwards_waits,
+            clock_forward_steps,
             state_writes,
             state_write_errors,
             lease_mark_writes,

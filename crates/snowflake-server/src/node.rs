@@ -1,10 +1,11 @@
 //! The node: one generator shared by every front end, its restart-safety keeper, and the one
 //! place where requests are validated and refusals are explained.
 
+use crate::clock_trust::{ClockTrust, Reading, Step};
 use crate::config::Config;
 use crate::fleet::{Coordinator, Fence, LeaseInfo};
 use crate::metrics::Metrics;
-use crate::state::{MarkKind, StateDir, StateError};
+use crate::state::{MarkKind, StateDir, StateError, Stored};
 use snowflake_core::{Clock, Error as CoreError, Generator, IdBatch, Layout, format_unix_ms};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -93,6 +94,9 @@ struct Status {
     fence_limit_ms: u64,
     /// Why the fence is down, when it is.
     fence_reason: Option<String>,
+    /// An untrusted forward step of the wall clock, as last seen: nothing is issued after its
+    /// trusted time until the step is trusted or the clock comes back.
+    clock_step: Option<Step>,
 }
 
 impl Status {
@@ -101,7 +105,11 @@ impl Status {
     fn issue_limit_ms(&self) -> u64 {
         match self.phase {
             Phase::Ready | Phase::PersistFailed { .. } => {
-                self.persisted_mark_ms.min(self.fence_limit_ms)
+                let limit_ms = self.persisted_mark_ms.min(self.fence_limit_ms);
+                match &self.clock_step {
+                    Some(step) => limit_ms.min(step.trusted_ms),
+                    None => limit_ms,
+                }
             }
             Phase::Starting | Phase::WaitingForMark { .. } | Phase::ShuttingDown => 0,
         }
@@ -115,6 +123,8 @@ enum Blocker {
     Phase(Phase),
     /// The lease on the pair cannot be proven.
     Fenced { reason: String },
+    /// The wall clock stepped forward and is not trusted yet.
+    ClockStep(Step),
     /// The clock is behind the last issued ID.
     Behind { last_ms: u64, now_ms: u64 },
     /// The clock is past the persisted reservation.
@@ -158,6 +168,9 @@ impl NodeShared {
             return Some(Blocker::Phase(status.phase.clone()));
         }
         let now_ms = self.generator.clock().now_ms();
+        if let Some(step) = status.clock_step {
+            return Some(Blocker::ClockStep(step));
+        }
         if now_ms > status.fence_limit_ms {
             return Some(Blocker::Fenced {
                 reason: fence_reason(status),
@@ -227,6 +240,10 @@ pub struct Node {
     max_backwards_wait_ms: u64,
     /// How far ahead of the clock the high-water mark is reserved.
     reserve_ms: u64,
+    /// How far the wall clock is trusted: reservations never go beyond trusted time.
+    trust: ClockTrust,
+    /// How long the final mark may take to be stored at shutdown.
+    shutdown_timeout: Duration,
     /// Bounds the slow paths of one request (waiting out a clock regression, an on-demand
     /// reservation).
     request_timeout: Duration,
@@ -257,7 +274,9 @@ impl Node {
     ) -> Result<Arc<Node>, StateError> {
         let layout = config.layout;
         let state = StateDir::open(&config.state_dir)?;
+        state.remove_leftovers();
         let mut mark = state.load(config.datacenter_id, config.worker_id, layout.epoch_ms())?;
+        let last_written_ms = mark.as_ref().map(|m| m.written_at_ms);
         let mut fence_rx = coordinator.as_ref().map(|c| c.fence());
         let fence = fence_rx.as_mut().map(|f| f.borrow_and_update().clone());
         if let Some(Fence::Held { floor_ms, .. }) = fence
@@ -321,8 +340,17 @@ impl Node {
                 persisted_mark_ms: mark.map_or(0, |m| m.high_water_ms),
                 fence_limit_ms,
                 fence_reason,
+                clock_step: None,
             }),
         });
+        let trust = ClockTrust::new(
+            Arc::clone(&clock),
+            config.max_clock_step_ms,
+            config.clock_step_trust,
+        );
+        if let Some(written_ms) = last_written_ms {
+            trust.raise_to(written_ms);
+        }
         Ok(Arc::new(Node {
             metrics: Metrics::new(Arc::clone(&shared)),
             shared,
@@ -331,6 +359,8 @@ impl Node {
             max_batch: config.max_batch,
             max_backwards_wait_ms: config.max_backwards_wait_ms,
             reserve_ms: config.reserve_ms,
+            trust,
+            shutdown_timeout: config.shutdown_timeout,
             reserving: tokio::sync::Mutex::new(()),
             fence: Mutex::new(fence_rx),
             request_timeout: config.request_timeout,
@@ -435,7 +465,34 @@ impl Node {
     /// it was just written), as the keeper would on its next tick: after a forward clock jump,
     /// requests wait for this write instead of failing.
     pub async fn reserve_now(&self) {
-        self.reserve(self.clock.now_ms()).await;
+        if let Reading::Trusted { now_ms } = self.check_trust() {
+            self.reserve(now_ms).await;
+        }
+    }
+
+    /// Reads the wall clock through the clock-step policy (see `clock_trust`) and applies the
+    /// verdict: an untrusted forward step caps the issue limit at trusted time (and makes the
+    /// node unready) until it is trusted or the clock comes back.
+    fn check_trust(&self) -> Reading {
+        let reading = self.trust.read();
+        let step = match reading {
+            Reading::Trusted { .. } => None,
+            Reading::Stepped(step) => Some(step),
+        };
+        let mut status = self.shared.status();
+        match (&status.clock_step, &step) {
+            (None, Some(step)) => {
+                self.metrics.clock_forward_steps.inc();
+                tracing::warn!(step_ms = step.step_ms, "{}", step.describe());
+            }
+            (Some(_), None) => tracing::info!("the clock is trusted again: issuing ids"),
+            _ => {}
+        }
+        status.clock_step = step;
+        self.shared
+            .generator
+            .set_issue_limit_ms(status.issue_limit_ms());
+        reading
     }
 
     /// One attempt at [`Node::issue`] that never waits: the IDs, a refusal, or how long to
@@ -464,6 +521,11 @@ impl Node {
                     return Err(NotNow::Wait { ms: behind_ms });
                 }
                 Err(CoreError::PastIssueLimit { now_ms, .. }) => {
+                    if self.shared.status().clock_step.is_some()
+                        && let Reading::Stepped(step) = self.check_trust()
+                    {
+                        return Err(NotNow::Refused(stepped(&step)));
+                    }
                     let status = self.shared.status();
                     if now_ms > status.fence_limit_ms {
                         return Err(NotNow::Refused(fenced(&fence_reason(&status))));
@@ -504,6 +566,7 @@ impl Node {
             None => Ok(()),
             Some(Blocker::Phase(phase)) => Err(self.phase_refusal(&phase)),
             Some(Blocker::Fenced { reason }) => Err(fenced(&reason)),
+            Some(Blocker::ClockStep(step)) => Err(stepped(&step)),
             Some(Blocker::Behind { last_ms, now_ms }) => {
                 Err(backwards(last_ms - now_ms, last_ms, now_ms))
             }
@@ -672,7 +735,12 @@ impl Node {
 
     /// One step of the keeper.
     async fn tick(&self) {
-        let now_ms = self.clock.now_ms();
+        let now_ms = match self.check_trust() {
+            Reading::Trusted { now_ms } => now_ms,
+            // Nothing beyond trusted time is reserved; the node opens or extends its
+            // reservation once the step is trusted or the clock is back.
+            Reading::Stepped(_) => return,
+        };
         let phase = self.shared.status().phase.clone();
         let due = match phase {
             Phase::Starting | Phase::PersistFailed { .. } => true,
@@ -700,9 +768,11 @@ impl Node {
                 return;
             }
         }
+        // Never past the layout's last millisecond: a mark there could never be passed.
         let target_ms = now_ms
             .saturating_add(self.reserve_ms)
-            .max(self.shared.status().persisted_mark_ms);
+            .max(self.shared.status().persisted_mark_ms)
+            .min(self.layout.max_timestamp_ms().saturating_sub(1));
         let result = self.store(target_ms, MarkKind::Reservation, now_ms).await;
         let mut status = self.shared.status();
         if status.phase == Phase::ShuttingDown {
@@ -761,9 +831,14 @@ impl Node {
                 })
             });
         match &result {
-            Ok(()) => self.metrics.state_writes.inc(),
-            Err(_) => self.metrics.state_write_errors.inc(),
-        };
+            Ok(Stored::Written) => {
+                self.metrics.state_writes.inc();
+            }
+            Ok(Stored::AlreadyCovered) => {}
+            Err(_) => {
+                self.metrics.state_write_errors.inc();
+            }
+        }
         result?;
         // Then the coordination service, so a successor on another machine sees it too.
         if let Some(coordinator) = &self.shared.coordinator {
@@ -797,7 +872,29 @@ impl Node {
         if persisted_ms == 0 && last_ms == 0 {
             return Ok(0);
         }
-        self.store(mark_ms, MarkKind::Shutdown, now_ms).await?;
+        // A write in flight (a reservation whose request timed out, a first write stuck on a
+        // frozen or unreachable filesystem) finishes first: the state directory takes one writer
+        // at a time. Bounded, so that a stuck filesystem never makes SIGTERM wait for ever; the
+        // reservation already on disk covers every issued ID.
+        let stored = tokio::time::timeout(
+            self.shutdown_timeout,
+            self.store(mark_ms, MarkKind::Shutdown, now_ms),
+        )
+        .await
+        .unwrap_or_else(|_| {
+            Err(StateError::Write {
+                path: self.state.file(
+                    self.shared.generator.datacenter_id(),
+                    self.shared.generator.worker_id(),
+                ),
+                source: std::io::Error::other(format!(
+                    "no answer within {} ms (a stuck filesystem?); the reservation already on \
+                     disk covers every issued id",
+                    self.shutdown_timeout.as_millis()
+                )),
+            })
+        });
+        stored?;
         self.shared.status().persisted_mark_ms = mark_ms;
         Ok(mark_ms)
     }
@@ -913,6 +1010,10 @@ fn fence_reason(status: &Status) -> String {
          issuing ids until it is"
             .into()
     })
+}
+
+fn stepped(step: &Step) -> IssueError {
+    unavailable(step.describe(), step.retry_after_secs())
 }
 
 fn fenced(reason: &str) -> IssueError {

@@ -4,12 +4,22 @@
 //! Unix-ms timestamp at or above every ID that node ever issued, and a `LOCK` file that one
 //! process holds (an exclusive advisory lock) for as long as it runs, so two processes never
 //! share the directory. Writes are durable: a temporary file is written and fsynced, renamed over
-//! the old one, and the directory is fsynced.
+//! the old one, and the directory is fsynced; a directory the node creates is made durable in its
+//! parent too.
+//!
+//! **One writer at a time, and marks never go down.** Reservations are written from the keeper,
+//! from requests that found the clock past the reservation, and at shutdown; a request's future
+//! can be dropped (its timeout) while its blocking write goes on. So [`StateDir::store`]
+//! serializes every write behind one lock, writes each through a temporary file of its own name,
+//! skips a reservation at or below what is already on disk (a late, lower write can never replace
+//! a higher one), and after the shutdown mark (the one record allowed to lower the mark, because
+//! nothing is issued after it) refuses every further reservation.
 
 use serde::{Deserialize, Serialize};
 use std::fs::{self, File, OpenOptions, TryLockError};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 
 /// The state file format written by this version.
 const FORMAT: u32 = 1;
@@ -116,6 +126,28 @@ pub struct StateDir {
     path: PathBuf,
     /// Held open for the lock's lifetime.
     _lock: File,
+    /// One writer at a time; what is on disk.
+    written: Mutex<Written>,
+}
+
+/// What [`StateDir`] knows is on disk, per the one node that uses it.
+#[derive(Debug, Default)]
+struct Written {
+    /// The highest mark on disk (read at start or written since), by file.
+    high_water_ms: std::collections::HashMap<PathBuf, u64>,
+    /// The shutdown mark was written: no further reservation may be.
+    sealed: bool,
+    /// Makes every temporary file name unique.
+    writes: u64,
+}
+
+/// What [`StateDir::store`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stored {
+    /// The mark is on disk.
+    Written,
+    /// A mark at or above it was already on disk: nothing was written.
+    AlreadyCovered,
 }
 
 impl StateDir {
@@ -125,7 +157,7 @@ impl StateDir {
             path: path.to_owned(),
             source,
         };
-        fs::create_dir_all(path).map_err(dir_error)?;
+        create_dir_durably(path).map_err(dir_error)?;
         let lock_path = path.join("LOCK");
         let mut lock = OpenOptions::new()
             .read(true)
@@ -157,6 +189,7 @@ impl StateDir {
         Ok(StateDir {
             path: path.to_owned(),
             _lock: lock,
+            written: Mutex::new(Written::default()),
         })
     }
 
@@ -224,30 +257,81 @@ impl StateDir {
                 mark.epoch_ms
             )));
         }
+        self.writer().high_water_ms.insert(path, mark.high_water_ms);
         Ok(Some(mark))
     }
 
+    fn writer(&self) -> std::sync::MutexGuard<'_, Written> {
+        // Nothing panics while holding it; a poisoned lock still guards the same state.
+        self.written.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     /// Durably replaces a node's mark: write a temporary file, fsync, rename, fsync the
-    /// directory. When this returns `Ok`, the mark survives a crash or power loss.
-    pub fn store(&self, mark: &Mark) -> Result<(), StateError> {
+    /// directory. When this returns `Ok`, the mark (or a higher one) survives a crash or power
+    /// loss. Blocks while another write is in flight. A reservation at or below the mark on disk
+    /// writes nothing; one after the shutdown mark is refused.
+    pub fn store(&self, mark: &Mark) -> Result<Stored, StateError> {
         let path = self.file(mark.datacenter_id, mark.worker_id);
-        let tmp = path.with_extension("json.tmp");
         let write_error = |source| StateError::Write {
             path: path.clone(),
             source,
         };
-        let mut text = serde_json::to_string_pretty(mark)
-            .map_err(|e| write_error(std::io::Error::other(e)))?;
+        let mut written = self.writer();
+        if mark.kind == MarkKind::Reservation {
+            if written.sealed {
+                return Err(write_error(std::io::Error::other(
+                    "the shutdown mark is already written; no reservation may follow it",
+                )));
+            }
+            if written
+                .high_water_ms
+                .get(&path)
+                .is_some_and(|&on_disk| on_disk >= mark.high_water_ms)
+            {
+                return Ok(Stored::AlreadyCovered);
+            }
+        }
+        written.writes += 1;
+        let tmp = path.with_extension(format!(
+            "json.{}.{}.tmp",
+            std::process::id(),
+            written.writes
+        ));
+        let result = self.write_durably(&path, &tmp, mark);
+        if result.is_err() {
+            let _ = fs::remove_file(&tmp);
+        }
+        result.map_err(write_error)?;
+        written.high_water_ms.insert(path, mark.high_water_ms);
+        if mark.kind == MarkKind::Shutdown {
+            written.sealed = true;
+        }
+        Ok(Stored::Written)
+    }
+
+    fn write_durably(&self, path: &Path, tmp: &Path, mark: &Mark) -> std::io::Result<()> {
+        let mut text = serde_json::to_string_pretty(mark).map_err(std::io::Error::other)?;
         text.push('\n');
-        let mut file = File::create(&tmp).map_err(write_error)?;
-        file.write_all(text.as_bytes()).map_err(write_error)?;
-        file.sync_all().map_err(write_error)?;
+        let mut file = OpenOptions::new().write(true).create_new(true).open(tmp)?;
+        file.write_all(text.as_bytes())?;
+        file.sync_all()?;
         drop(file);
-        fs::rename(&tmp, &path).map_err(write_error)?;
-        File::open(&self.path)
-            .and_then(|dir| dir.sync_all())
-            .map_err(write_error)?;
-        Ok(())
+        fs::rename(tmp, path)?;
+        File::open(&self.path)?.sync_all()
+    }
+
+    /// Temporary files a crashed writer left behind (`*.tmp`), removed at start.
+    pub fn remove_leftovers(&self) {
+        let Ok(entries) = fs::read_dir(&self.path) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            let name = name.to_string_lossy();
+            if name.starts_with("node-") && name.ends_with(".tmp") {
+                let _ = fs::remove_file(entry.path());
+            }
+        }
     }
 
     /// A mark record for this process.
@@ -270,4 +354,27 @@ impl StateDir {
             pid: std::process::id(),
         }
     }
+}
+
+/// Creates `path` and any missing parents, and makes each new directory durable by fsyncing the
+/// directory that holds it (a new directory is an entry in its parent, which a crash could
+/// otherwise lose, with the marks inside).
+fn create_dir_durably(path: &Path) -> std::io::Result<()> {
+    if path.is_dir() {
+        return Ok(());
+    }
+    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        create_dir_durably(parent)?;
+    }
+    match fs::create_dir(path) {
+        Ok(()) => {}
+        // Created meanwhile by someone else: its creator makes it durable.
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && path.is_dir() => return Ok(()),
+        Err(e) => return Err(e),
+    }
+    let parent = match path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        Some(parent) => parent.to_owned(),
+        None => PathBuf::from("."),
+    };
+    File::open(parent)?.sync_all()
 }

@@ -321,6 +321,59 @@ async fn a_forward_clock_jump_only_leaves_a_gap() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forward_clock_step_is_refused_until_it_held_then_only_leaves_a_gap() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = crate::support::config(dir.path());
+    config.max_clock_step_ms = 1000;
+    config.clock_step_trust = std::time::Duration::from_millis(1000);
+    let server = TestServer::start(config, ManualClock::new(T)).await;
+    let before = id_of(&server.get("/v1/id").await);
+    // 600 ms at once: within --max-clock-step-ms, trusted.
+    server.clock.advance_ms(600);
+    assert_eq!(server.get("/v1/id").await.status, StatusCode::OK);
+    server.clock.set_ms(T + 10_000);
+    let refused = server.get("/v1/id").await;
+    assert_eq!(
+        refused.status,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "{refused:?}"
+    );
+    let message = refused.json()["error"].as_str().unwrap().to_owned();
+    assert!(
+        message.contains("the clock stepped forward by"),
+        "{message}"
+    );
+    assert!(message.contains("--clock-step-trust-secs"), "{message}");
+    assert_eq!(
+        server.get("/readyz").await.status,
+        StatusCode::SERVICE_UNAVAILABLE
+    );
+    assert!(
+        server
+            .get("/metrics")
+            .await
+            .body
+            .contains("snowflake_clock_forward_steps_total 1")
+    );
+    // Nothing on disk beyond trusted time.
+    let mark: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("node-0-0.json")).unwrap())
+            .unwrap();
+    assert!(
+        mark["high_water_ms"].as_u64().unwrap() < T + 5_000,
+        "{mark}"
+    );
+    // Held for the trust time (real time passes; the manual clock stays stepped): trusted.
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    server.clock.advance_ms(1100);
+    server.wait_ready().await;
+    let after = id_of(&server.get("/v1/id").await);
+    assert!(after > before);
+    assert!((after >> 22) + 1_288_834_974_657 >= T + 10_000);
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn info_and_metrics_agree_with_readiness_while_the_clock_is_behind() {
     let (server, _dir) = server().await;
     server.get("/v1/id").await;

@@ -4,6 +4,7 @@ use crate::support::{T, TestServer, config, id_of};
 use hyper::StatusCode;
 use snowflake_core::{Clock, ManualClock};
 use snowflake_server::Node;
+use snowflake_server::state::{MarkKind, StateDir};
 use std::sync::Arc;
 
 fn mark_of(dir: &std::path::Path) -> serde_json::Value {
@@ -196,4 +197,139 @@ fn corrupt_or_foreign_state_files_stop_the_start() {
         .unwrap_err()
         .to_string();
     assert!(err.contains("larger than"), "{err}");
+}
+
+/// A state record as the node writes it.
+fn record(high_water_ms: u64, kind: MarkKind) -> snowflake_server::state::Mark {
+    StateDir::mark(0, 0, 1_288_834_974_657, high_water_ms, kind, T)
+}
+
+/// Many writers at once (the keeper, requests whose reservation timed out, shutdown): every
+/// write succeeds or fails cleanly, the file is always a valid record, and it ends at the
+/// highest reservation.
+#[test]
+fn concurrent_writers_never_fail_each_other_or_leave_a_corrupt_or_lower_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = std::sync::Arc::new(StateDir::open(dir.path()).unwrap());
+    let highest = std::thread::scope(|scope| {
+        let writers: Vec<_> = (0..8_u64)
+            .map(|thread| {
+                let state = std::sync::Arc::clone(&state);
+                scope.spawn(move || {
+                    let mut errors = Vec::new();
+                    for i in 0..50_u64 {
+                        let mark_ms = T + i * 8 + thread;
+                        if let Err(err) = state.store(&record(mark_ms, MarkKind::Reservation)) {
+                            errors.push(err.to_string());
+                        }
+                    }
+                    errors
+                })
+            })
+            .collect();
+        let reader = scope.spawn(|| {
+            for _ in 0..200 {
+                if let Ok(text) = std::fs::read_to_string(dir.path().join("node-0-0.json")) {
+                    serde_json::from_str::<serde_json::Value>(&text)
+                        .unwrap_or_else(|e| panic!("a torn state file ({e}): {text:?}"));
+                }
+            }
+        });
+        for writer in writers {
+            let errors = writer.join().unwrap();
+            assert!(
+                errors.is_empty(),
+                "failed writes: {:?}",
+                &errors[..errors.len().min(3)]
+            );
+        }
+        reader.join().unwrap();
+        T + 49 * 8 + 7
+    });
+    let mark = mark_of(dir.path());
+    assert_eq!(mark["high_water_ms"].as_u64(), Some(highest), "{mark}");
+    let leftovers: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|name| name.ends_with(".tmp"))
+        .collect();
+    assert!(leftovers.is_empty(), "temporary files left: {leftovers:?}");
+}
+
+/// A reservation that arrives late (its request timed out while the write went on) never
+/// lowers the mark on disk; the shutdown mark may lower it (nothing is issued after it), and no
+/// reservation is written after the shutdown mark.
+#[test]
+fn a_late_lower_reservation_never_lowers_the_mark_and_none_follows_the_shutdown_mark() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = StateDir::open(dir.path()).unwrap();
+    state
+        .store(&record(T + 3000, MarkKind::Reservation))
+        .unwrap();
+    state
+        .store(&record(T + 1000, MarkKind::Reservation))
+        .unwrap();
+    assert_eq!(
+        mark_of(dir.path())["high_water_ms"].as_u64(),
+        Some(T + 3000)
+    );
+    state.store(&record(T + 2000, MarkKind::Shutdown)).unwrap();
+    assert_eq!(
+        mark_of(dir.path())["high_water_ms"].as_u64(),
+        Some(T + 2000)
+    );
+    assert!(
+        state
+            .store(&record(T + 4000, MarkKind::Reservation))
+            .is_err()
+    );
+    assert_eq!(mark_of(dir.path())["kind"], "shutdown");
+    // A new process (the lock released) reads it and goes on.
+    drop(state);
+    let state = StateDir::open(dir.path()).unwrap();
+    let mark = state.load(0, 0, 1_288_834_974_657).unwrap().unwrap();
+    assert_eq!(mark.high_water_ms, T + 2000);
+    state
+        .store(&record(T + 1500, MarkKind::Reservation))
+        .unwrap();
+    assert_eq!(
+        mark_of(dir.path())["high_water_ms"].as_u64(),
+        Some(T + 2000)
+    );
+}
+
+/// A state file exactly as the previous release (format 1) wrote it is read by this one.
+#[test]
+fn a_state_file_of_the_previous_release_is_read() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("node-3-7.json"),
+        r#"{
+  "format": 1,
+  "datacenter_id": 3,
+  "worker_id": 7,
+  "epoch_ms": 1288834974657,
+  "high_water_ms": 1796000000000,
+  "kind": "reservation",
+  "written_at_ms": 1795999997000,
+  "pid": 4242
+}
+"#,
+    )
+    .unwrap();
+    let state = StateDir::open(dir.path()).unwrap();
+    let mark = state.load(3, 7, 1_288_834_974_657).unwrap().unwrap();
+    assert_eq!(mark.high_water_ms, 1_796_000_000_000);
+    assert_eq!(mark.kind, MarkKind::Reservation);
+}
+
+/// A state directory the node creates (with its parents) exists and holds its lock.
+#[test]
+fn a_new_state_directory_is_created_with_its_parents() {
+    let dir = tempfile::tempdir().unwrap();
+    let nested = dir.path().join("a/b/state");
+    let state = StateDir::open(&nested).unwrap();
+    assert!(nested.join("LOCK").is_file());
+    state.store(&record(T, MarkKind::Reservation)).unwrap();
+    assert!(nested.join("node-0-0.json").is_file());
 }
