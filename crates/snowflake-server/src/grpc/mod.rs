@@ -499,6 +499,7 @@ pub async fn serve(
         max_streams: MAX_STREAMS_PER_CONNECTION,
         keepalive_interval: config.idle_timeout / 2,
         keepalive_timeout: KEEPALIVE_TIMEOUT,
+        idle_timeout: config.idle_timeout,
     });
     let server = accept_loop(
         incoming(listener, Arc::clone(&node), config.max_connections),
