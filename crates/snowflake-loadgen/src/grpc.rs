@@ -4,8 +4,8 @@
 
 use crate::config::{BenchConfig, STREAM_CHUNK};
 use crate::engine::{Client, ConnectFailure, Failure};
-use snowflake_server::grpc::pb::snowflake_client::SnowflakeClient;
-use snowflake_server::grpc::pb::{NextIdRequest, NextIdsRequest, StreamIdsRequest};
+use snowflake_proto::v1::snowflake_client::SnowflakeClient;
+use snowflake_proto::v1::{NextIdRequest, NextIdsRequest, StreamIdsRequest};
 use std::borrow::Cow;
 use std::io;
 use std::net::SocketAddr;

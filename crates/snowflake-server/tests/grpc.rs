@@ -812,3 +812,83 @@ async fn a_draining_listener_refuses_new_connections_and_times_out_a_stalled_cal
         .expect("the drain ended")
         .unwrap();
 }
+
+/// Serves a `NextId` on a new connection, retrying (in real time, bounded by `limit`) while the
+/// connection cap refuses it; returns how long that took.
+async fn served_within(server: &TestServer, limit: Duration) -> Duration {
+    let started = std::time::Instant::now();
+    loop {
+        if let Ok(mut client) = SnowflakeClient::connect(endpoint(server)).await
+            && client.next_id(NextIdRequest {}).await.is_ok()
+        {
+            return started.elapsed();
+        }
+        assert!(
+            started.elapsed() < limit,
+            "a second client was kept out for {limit:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A connection with no call open for the idle timeout gets a GOAWAY and is closed, even though
+/// its client answers every keep-alive PING; with one connection slot, the next client is then
+/// served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_connection_is_closed_and_frees_its_slot() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = config(dir.path());
+    config.max_connections = 1;
+    config.idle_timeout = Duration::from_millis(400);
+    let server = TestServer::start(config, ManualClock::new(T)).await;
+    server.wait_ready().await;
+    let mut idle = client(&server).await;
+    idle.next_id(NextIdRequest {}).await.unwrap();
+    // `idle` keeps its connection (its task answers PINGs) and sends nothing more.
+    let waited = served_within(&server, Duration::from_secs(10)).await;
+    // Not before the idle timeout (less the time the first call took to end).
+    assert!(
+        waited >= Duration::from_millis(300),
+        "closed after {waited:?}"
+    );
+    drop(idle);
+    server.stop().await;
+}
+
+/// A client that opens a stream and stops reading it (its connection still answers PINGs)
+/// holds an open call; the call is reset once the flow-control window stays shut for the idle
+/// timeout, the connection is then idle, and with one connection slot the next client is served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_nobody_reads_is_reset_and_frees_its_slot() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = config(dir.path());
+    config.max_connections = 1;
+    config.idle_timeout = Duration::from_millis(400);
+    let server = TestServer::start(config, ManualClock::new(T)).await;
+    server.wait_ready().await;
+    let _ticker = Ticker::start(&server);
+    let mut greedy = client(&server).await;
+    let mut stream = greedy
+        .stream_ids(StreamIdsRequest {
+            count: STREAM_MAX_COUNT,
+            chunk_size: 0,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    stream.message().await.unwrap().unwrap();
+    served_within(&server, Duration::from_secs(10)).await;
+    // Reading again finds the stream cut short.
+    let mut ended = false;
+    for _ in 0..10_000 {
+        match stream.message().await {
+            Ok(Some(_)) => {}
+            Ok(None) | Err(_) => {
+                ended = true;
+                break;
+            }
+        }
+    }
+    assert!(ended, "the unread stream went on");
+    server.stop().await;
+}

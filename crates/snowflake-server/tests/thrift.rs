@@ -435,3 +435,48 @@ async fn waits_for_the_clock_stay_within_the_request_timeout() {
     ));
     server.stop().await;
 }
+
+/// A client that pipelines requests and never reads a reply fills the socket buffers, and the
+/// server's reply write then waits on it. That write is bounded by the idle timeout: with one
+/// connection slot, a new client is served soon after it, not never.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_never_reads_its_replies_loses_its_slot() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = config(dir.path());
+    config.max_connections = 1;
+    config.idle_timeout = Duration::from_millis(500);
+    let server = TestServer::start(config, ManualClock::new(T)).await;
+    server.wait_ready().await;
+    let addr = server.thrift_addr.unwrap();
+
+    // Each reply to an unknown method echoes its 16 KiB name, so a few hundred pipelined
+    // calls fill both buffers in well under a second (get_id would too, only slower).
+    let greedy = TcpStream::connect(addr).await.unwrap();
+    let (_never_read, mut writer) = greedy.into_split();
+    let calls = call(&"x".repeat(16 * 1024), 1, &[]).repeat(64);
+    let pusher = tokio::spawn(async move { while writer.write_all(&calls).await.is_ok() {} });
+
+    let started = std::time::Instant::now();
+    loop {
+        let mut fresh = TcpStream::connect(addr).await.unwrap();
+        let _ = fresh
+            .write_all(&call("get_id", 7, &agent_args("fresh")))
+            .await;
+        let mut len = [0u8; 4];
+        let answered = tokio::time::timeout(Duration::from_secs(1), fresh.read_exact(&mut len));
+        if matches!(answered.await, Ok(Ok(_))) {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "a client that never reads held the only connection slot for 10 s"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // The greedy client's connection was closed, so its writes fail.
+    tokio::time::timeout(Duration::from_secs(5), pusher)
+        .await
+        .expect("the greedy connection was closed")
+        .unwrap();
+    server.stop().await;
+}

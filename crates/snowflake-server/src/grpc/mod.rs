@@ -35,25 +35,12 @@ use tonic_health::server::HealthReporter;
 
 mod transport;
 
-/// The code generated from `proto/snowflake/v1/snowflake.proto`: messages, the server trait
-/// and a client.
-#[allow(
-    missing_docs,
-    missing_debug_implementations,
-    unreachable_pub,
-    clippy::all,
-    clippy::pedantic
-)]
-pub mod pb {
-    tonic::include_proto!("snowflake.v1");
-
-    /// The encoded `FileDescriptorSet` of `snowflake.proto`, as served by reflection.
-    pub const FILE_DESCRIPTOR_SET: &[u8] =
-        include_bytes!(concat!(env!("OUT_DIR"), "/snowflake_v1_descriptor.bin"));
-}
+/// The code generated from `proto/snowflake/v1/snowflake.proto` (messages, the server trait
+/// and a client), from the `snowflake-proto` crate; re-exported under its old path.
+pub use snowflake_proto::v1 as pb;
 
 /// The service's full name, as used by the health service and reflection.
-pub const SERVICE_NAME: &str = "snowflake.v1.Snowflake";
+pub use snowflake_proto::v1::SERVICE_NAME;
 
 /// The most IDs one `StreamIds` call may ask for.
 pub const STREAM_MAX_COUNT: u64 = 100_000_000;
@@ -499,6 +486,7 @@ pub async fn serve(
         max_streams: MAX_STREAMS_PER_CONNECTION,
         keepalive_interval: config.idle_timeout / 2,
         keepalive_timeout: KEEPALIVE_TIMEOUT,
+        idle_timeout: config.idle_timeout,
     });
     let server = accept_loop(
         incoming(listener, Arc::clone(&node), config.max_connections),

@@ -20,6 +20,14 @@
 //! then in-flight calls finish).
 //! Response bodies are sent only as fast as the client's flow-control window allows, so a
 //! `StreamIds` call nobody reads stops generating.
+//!
+//! No connection holds a slot of the connection cap for ever without making progress, whatever
+//! the client does (the idle timeout is `--idle-timeout-ms`, as for HTTP keep-alive and Thrift):
+//! - it does not answer PINGs: closed after the keep-alive interval plus its timeout;
+//! - it answers PINGs but has no call open for the idle timeout: GOAWAY, then closed;
+//! - it has a call open but grants it no flow-control window for the idle timeout: that stream
+//!   is reset (`CANCEL`), after which the connection is idle as above;
+//! - it sends a call's headers but not its message: the request timeout answers the call.
 
 use super::pb::{NextIdRequest, NextIdResponse};
 use super::{MAX_REQUEST_BYTES, NEXT_ID, SnowflakeService};
@@ -33,6 +41,7 @@ use prost::Message;
 use std::future::poll_fn;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -50,6 +59,10 @@ const MAX_HEADER_LIST_BYTES: u32 = 16 * 1024;
 /// How long a new connection may take to send the HTTP/2 preface and settings.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// How many times per idle timeout a connection checks whether it is idle: it is closed after
+/// between 1 and 1 + 1/IDLE_CHECKS idle timeouts with no call open.
+const IDLE_CHECKS: u32 = 4;
+
 /// What every connection of one listener shares.
 #[derive(Debug)]
 pub(super) struct Shared {
@@ -65,10 +78,49 @@ pub(super) struct Shared {
     pub(super) keepalive_interval: Duration,
     /// How long its answer may take before the connection is dropped.
     pub(super) keepalive_timeout: Duration,
+    /// How long a connection may have no call open before it is closed (GOAWAY), and how long
+    /// a response may wait for the client's flow-control window before its stream is reset.
+    pub(super) idle_timeout: Duration,
 }
 
-/// Serves one connection until the client closes it, a keep-alive ping goes unanswered, or
-/// (after `shutdown` flips) its in-flight calls are done.
+/// Whether a connection has had any call open lately; shared with the tasks of its calls.
+#[derive(Debug, Default)]
+struct Activity {
+    /// Calls whose task is running.
+    open: AtomicUsize,
+    /// Set when a call starts or ends; cleared by each idle check.
+    touched: AtomicBool,
+}
+
+impl Activity {
+    /// Counts a call as open until the returned guard is dropped.
+    fn call(self: &Arc<Self>) -> CallGuard {
+        self.open.fetch_add(1, Ordering::Relaxed);
+        self.touched.store(true, Ordering::Relaxed);
+        CallGuard(Arc::clone(self))
+    }
+
+    /// Whether no call was open at any time since the last check.
+    fn idle_since_last_check(&self) -> bool {
+        let touched = self.touched.swap(false, Ordering::Relaxed);
+        !touched && self.open.load(Ordering::Relaxed) == 0
+    }
+}
+
+/// One open call of a connection's [`Activity`].
+#[derive(Debug)]
+struct CallGuard(Arc<Activity>);
+
+impl Drop for CallGuard {
+    fn drop(&mut self) {
+        self.0.open.fetch_sub(1, Ordering::Relaxed);
+        self.0.touched.store(true, Ordering::Relaxed);
+    }
+}
+
+/// Serves one connection until the client closes it, a keep-alive ping goes unanswered, it has
+/// had no call open for the idle timeout, or (after `shutdown` flips) its in-flight calls are
+/// done.
 pub(super) async fn serve_connection<T>(
     io: T,
     shared: Arc<Shared>,
@@ -98,12 +150,25 @@ pub(super) async fn serve_connection<T>(
         shared.keepalive_timeout,
     );
     tokio::pin!(keepalive);
+    let activity = Arc::new(Activity::default());
+    let check_every = shared.idle_timeout / IDLE_CHECKS;
+    let mut idle_check =
+        tokio::time::interval_at(tokio::time::Instant::now() + check_every, check_every);
+    idle_check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut idle_checks = 0;
     let mut draining = false;
+    // Set when the connection is closed for idleness: how long the goodbye may take.
+    let mut close_within = None;
     loop {
         tokio::select! {
             accepted = connection.accept() => match accepted {
                 Some(Ok((request, respond))) => {
-                    tokio::spawn(handle(Arc::clone(&shared), request, respond));
+                    let call = activity.call();
+                    let shared = Arc::clone(&shared);
+                    tokio::spawn(async move {
+                        handle(shared, request, respond).await;
+                        drop(call);
+                    });
                 }
                 Some(Err(err)) => {
                     tracing::debug!(error = %err, "grpc: connection error");
@@ -116,13 +181,35 @@ pub(super) async fn serve_connection<T>(
                 connection.graceful_shutdown();
                 draining = true;
             }
+            _ = idle_check.tick(), if !draining => {
+                if !activity.idle_since_last_check() {
+                    idle_checks = 0;
+                    continue;
+                }
+                idle_checks += 1;
+                if idle_checks >= IDLE_CHECKS {
+                    tracing::debug!("grpc: no call for the idle timeout; closing the connection");
+                    // GOAWAY; no call is open, so h2 closes the connection once the client
+                    // has seen it (or the keep-alive timeout gives up on the client).
+                    connection.graceful_shutdown();
+                    draining = true;
+                    close_within = Some(shared.keepalive_timeout);
+                }
+            }
             () = &mut keepalive => {
                 tracing::debug!("grpc: keep-alive ping unanswered; closing the connection");
                 return;
             }
         }
     }
-    // No more calls: drive the connection until the last responses are written.
+    // No more calls: drive the connection until the last responses are written (after a
+    // close for idleness, only the GOAWAY and anything h2 still buffers, for a bounded time).
+    let goodbye = async {
+        match close_within {
+            Some(limit) => tokio::time::sleep(limit).await,
+            None => std::future::pending().await,
+        }
+    };
     tokio::select! {
         closed = poll_fn(|cx| connection.poll_closed(cx)) => {
             if let Err(err) = closed {
@@ -130,6 +217,7 @@ pub(super) async fn serve_connection<T>(
             }
         }
         () = &mut keepalive => {}
+        () = goodbye => {}
     }
 }
 
@@ -319,12 +407,16 @@ async fn bridge<B>(
             .into_http::<()>()
             .map(|()| tonic::body::Body::empty()),
     };
-    send_response(respond, response).await;
+    send_response(respond, response, shared.idle_timeout).await;
 }
 
 /// Sends a response and its body, a frame at a time and only as the client's flow-control
-/// window opens, ending with its trailers.
-async fn send_response(mut respond: SendResponse<Bytes>, response: Response<tonic::body::Body>) {
+/// window opens (reset if it stays shut for `stall_timeout`), ending with its trailers.
+async fn send_response(
+    mut respond: SendResponse<Bytes>,
+    response: Response<tonic::body::Body>,
+    stall_timeout: Duration,
+) {
     let (parts, mut body) = response.into_parts();
     let end = body.is_end_stream();
     let Ok(mut send) = respond.send_response(Response::from_parts(parts, ()), end) else {
@@ -334,7 +426,7 @@ async fn send_response(mut respond: SendResponse<Bytes>, response: Response<toni
         return;
     }
     loop {
-        if !window_open(&mut send).await {
+        if !window_open(&mut send, stall_timeout).await {
             return;
         }
         let frame = tokio::select! {
@@ -368,20 +460,31 @@ async fn send_response(mut respond: SendResponse<Bytes>, response: Response<toni
     }
 }
 
-/// Waits until the stream may send at least one more byte; false once the client reset it or
-/// the connection is gone.
-async fn window_open(send: &mut SendStream<Bytes>) -> bool {
+/// Waits until the stream may send at least one more byte; false once the client reset it,
+/// the connection is gone, or the client granted no window for `stall_timeout` (then the stream
+/// is reset with `CANCEL`: a call nobody reads must not keep its connection busy for ever).
+async fn window_open(send: &mut SendStream<Bytes>, stall_timeout: Duration) -> bool {
     send.reserve_capacity(1);
     if send.capacity() > 0 {
         return true;
     }
-    loop {
-        match poll_fn(|cx| send.poll_capacity(cx)).await {
-            Some(Ok(0)) => {}
-            Some(Ok(_)) => return true,
-            Some(Err(_)) | None => return false,
+    let waited = tokio::time::timeout(stall_timeout, async {
+        loop {
+            match poll_fn(|cx| send.poll_capacity(cx)).await {
+                Some(Ok(0)) => {}
+                Some(Ok(_)) => return true,
+                Some(Err(_)) | None => return false,
+            }
         }
-    }
+    })
+    .await;
+    waited.unwrap_or_else(|_elapsed| {
+        tracing::debug!(
+            "grpc: the client took no response data for the idle timeout; resetting the stream"
+        );
+        send.send_reset(h2::Reason::CANCEL);
+        false
+    })
 }
 
 /// An `h2` request body as an `http_body::Body`, giving flow-control capacity back as it is

@@ -5,7 +5,9 @@
 //! garbage length such as the text `this is a bad request`, read as a ~1.9 GB frame, just closes
 //! that connection), runs the generated processor functions over it, and writes the reply frame.
 //! Unlike the 2010 server, every error is answered with a `TApplicationException` that says what
-//! went wrong, and the connection stays usable.
+//! went wrong, and the connection stays usable. A connection that makes no progress for the idle
+//! timeout, by sending no request or by reading none of a reply, is closed, so it cannot hold one
+//! of the listener's connection slots for ever.
 
 #[allow(
     missing_docs,
@@ -99,14 +101,19 @@ pub async fn serve(
     }
 }
 
+/// What bounds one connection.
 #[derive(Debug, Clone, Copy)]
 struct Limits {
+    /// The largest request frame read (and reply written).
     max_frame_bytes: usize,
+    /// `--idle-timeout-ms`: how long the peer may make no progress, either sending no next
+    /// request or taking none of a reply, before its connection is closed.
     idle_timeout: Duration,
 }
 
 /// One connection: frame in, frame out, until the peer leaves, sends something that is not a
-/// Thrift frame, idles too long, or the service stops.
+/// Thrift frame, idles too long (between requests, or by not reading a reply), or the service
+/// stops.
 async fn connection(
     stream: TcpStream,
     node: &Node,
@@ -139,8 +146,22 @@ async fn connection(
             node.metrics().thrift_bad_frames.inc();
             return;
         };
-        if !reply.is_empty() && framed.send(Bytes::from(reply)).await.is_err() {
-            return;
+        if reply.is_empty() {
+            continue;
+        }
+        // A peer that pipelines requests and never reads the replies fills the socket buffers,
+        // and this write then waits on it. The idle timeout bounds it (not the request timeout,
+        // which bounds our own waiting for the clock or the disk): a peer that takes nothing
+        // for that long is as idle as one that sends nothing, and loses its connection slot.
+        match tokio::time::timeout(limits.idle_timeout, framed.send(Bytes::from(reply))).await {
+            Ok(Ok(())) => {}
+            Ok(Err(_)) => return,
+            Err(_elapsed) => {
+                tracing::debug!(
+                    "closing a thrift connection that took no reply within the idle timeout"
+                );
+                return;
+            }
         }
     }
 }
