@@ -134,8 +134,9 @@ pub struct ServeArgs {
     )]
     pub request_timeout_ms: Option<String>,
 
-    /// Longest time a connection may take to send a request's headers, including idle time
-    /// between keep-alive requests, 1..=3600000 ms [default: 60000].
+    /// Longest time a connection may make no progress: to send a request's headers, between
+    /// requests (HTTP keep-alive, Thrift, gRPC with no call open), or to take a reply (Thrift
+    /// write, gRPC flow-control window), 1..=3600000 ms [default: 60000].
     #[arg(
         long,
         env = "SNOWFLAKE_IDLE_TIMEOUT_MS",

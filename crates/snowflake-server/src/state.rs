@@ -213,11 +213,32 @@ impl StateDir {
         epoch_ms: u64,
     ) -> Result<Option<Mark>, StateError> {
         let path = self.file(datacenter_id, worker_id);
-        let file = match File::open(&path) {
-            Ok(file) => file,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(source) => return Err(StateError::Read { path, source }),
+        let mark = match StateDir::read_mark(&path, datacenter_id, worker_id, epoch_ms) {
+            Ok(mark) => mark,
+            Err(StateError::Read { source, .. })
+                if source.kind() == std::io::ErrorKind::NotFound =>
+            {
+                return Ok(None);
+            }
+            Err(err) => return Err(err),
         };
+        self.writer().high_water_ms.insert(path, mark.high_water_ms);
+        Ok(Some(mark))
+    }
+
+    /// Reads and checks one state file without taking the directory's lock (a running node
+    /// replaces it atomically): for operator tools. A missing file is a `Read` error.
+    pub fn read_mark(
+        path: &Path,
+        datacenter_id: u64,
+        worker_id: u64,
+        epoch_ms: u64,
+    ) -> Result<Mark, StateError> {
+        let path = path.to_owned();
+        let file = File::open(&path).map_err(|source| StateError::Read {
+            path: path.clone(),
+            source,
+        })?;
         let mut text = String::new();
         let read = file
             .take(MAX_STATE_FILE_BYTES + 1)
@@ -257,8 +278,7 @@ impl StateDir {
                 mark.epoch_ms
             )));
         }
-        self.writer().high_water_ms.insert(path, mark.high_water_ms);
-        Ok(Some(mark))
+        Ok(mark)
     }
 
     fn writer(&self) -> std::sync::MutexGuard<'_, Written> {

@@ -1,0 +1,378 @@
+//! `snowflake state show` and `snowflake state lower-mark`: the operator's view of the persisted
+//! high-water marks (SPEC §8), in the state directory and in the fleet's coordination service.
+//!
+//! A mark is the promise that no ID of a (datacenter, worker) pair is dated after it. A clock
+//! that was wrong for long enough (or an older version that trusted a clock step) can leave one
+//! far in the future, and the pair then cannot open until the clock passes it. `lower-mark`
+//! lowers it, but only while nothing can be issuing under it: the state directory's lock must be
+//! free (no node runs on it), and in a fleet nobody may hold the pair. Each copy is one atomic
+//! conditional write, and each is logged with who and when (in the fleet's record, and in
+//! `lower-mark.log` in the state directory).
+
+use anyhow::{Context, anyhow, bail};
+use clap::{Args, Subcommand};
+use serde_json::json;
+use snowflake_core::{Field, Layout, format_unix_ms};
+use snowflake_server::state::{Mark, MarkKind, StateDir};
+use snowflake_server::{Config, ServeArgs};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, Subcommand)]
+pub enum StateCommand {
+    /// Print the persisted high-water marks: the state directory's, and with --etcd-endpoints
+    /// or --zookeeper (plus --datacenter-id/--worker-id) the fleet's copy.
+    Show(ShowArgs),
+    /// Lower a poisoned high-water mark (one a wrong clock left in the future), locally and in
+    /// the fleet's copy; refused while a node runs on the state directory or holds the pair.
+    LowerMark(LowerArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ShowArgs {
+    #[command(flatten)]
+    target: Target,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct LowerArgs {
+    #[command(flatten)]
+    target: Target,
+    /// The new mark, in Unix milliseconds; it must be below the current one. IDs above it may
+    /// be issued again: only lower a mark to a time no ID of the pair was ever issued after
+    /// (check with `snowflake audit`).
+    #[arg(long, value_name = "MS", allow_negative_numbers = true)]
+    to: String,
+    /// Confirms that no ID of this pair dated after --to was ever used.
+    #[arg(long)]
+    yes: bool,
+}
+
+/// Which marks: the state directory, the coordination service, the pair.
+#[derive(Debug, Args)]
+struct Target {
+    /// The node's state directory [default: as for `serve`].
+    #[arg(long, env = "SNOWFLAKE_STATE_DIR", value_name = "DIR")]
+    state_dir: Option<PathBuf>,
+    /// The fleet's etcd members, `http://HOST:PORT[,…]`.
+    #[arg(long, env = "SNOWFLAKE_ETCD_ENDPOINTS", value_name = "URLS")]
+    etcd_endpoints: Option<String>,
+    /// The fleet's etcd key prefix [default: /snowflake].
+    #[arg(long, env = "SNOWFLAKE_ETCD_PREFIX", value_name = "PREFIX")]
+    etcd_prefix: Option<String>,
+    /// The fleet's ZooKeeper ensemble, `HOST:PORT[,…]`.
+    #[arg(long, env = "SNOWFLAKE_ZOOKEEPER", value_name = "SERVERS")]
+    zookeeper: Option<String>,
+    /// The ZooKeeper path of the datacenter's workers [default: /snowflake-servers].
+    #[arg(long, env = "SNOWFLAKE_ZOOKEEPER_PATH", value_name = "PATH")]
+    zookeeper_path: Option<String>,
+    /// The pair's datacenter id, 0..=31.
+    #[arg(long, value_name = "D", allow_negative_numbers = true)]
+    datacenter_id: Option<String>,
+    /// The pair's worker id, 0..=31.
+    #[arg(long, value_name = "W", allow_negative_numbers = true)]
+    worker_id: Option<String>,
+}
+
+/// The target, validated as `serve` validates the same settings.
+struct Resolved {
+    config: Config,
+    /// The pair, when both ids were given.
+    pair: Option<(u64, u64)>,
+}
+
+impl Target {
+    fn resolve(&self, epoch_ms: Option<&str>) -> anyhow::Result<Resolved> {
+        if self.datacenter_id.is_some() != self.worker_id.is_some() {
+            bail!("give both --datacenter-id and --worker-id, or neither");
+        }
+        let args = ServeArgs {
+            state_dir: self.state_dir.clone(),
+            etcd_endpoints: self.etcd_endpoints.clone(),
+            etcd_prefix: self.etcd_prefix.clone(),
+            zookeeper: self.zookeeper.clone(),
+            zookeeper_path: self.zookeeper_path.clone(),
+            datacenter_id: self.datacenter_id.clone(),
+            worker_id: self.worker_id.clone(),
+            ..ServeArgs::default()
+        };
+        let config = Config::resolve(&args, epoch_ms)?;
+        let pair = self
+            .worker_id
+            .is_some()
+            .then_some((config.datacenter_id, config.worker_id));
+        if pair.is_none() && (config.etcd.is_some() || config.zookeeper.is_some()) {
+            bail!(
+                "the fleet's copy of a mark belongs to one pair: give --datacenter-id and --worker-id"
+            );
+        }
+        Ok(Resolved { config, pair })
+    }
+}
+
+pub fn run(command: StateCommand, epoch_ms: Option<&str>, out: &mut impl Write) -> anyhow::Result<()> {
+    match command {
+        StateCommand::Show(args) => show(&args, epoch_ms, out),
+        StateCommand::LowerMark(args) => lower(&args, epoch_ms, out),
+    }
+}
+
+/// One local state file, as shown.
+fn local_json(path: &Path, mark: &Mark) -> serde_json::Value {
+    json!({
+        "file": path.display().to_string(),
+        "datacenter_id": mark.datacenter_id,
+        "worker_id": mark.worker_id,
+        "high_water_ms": mark.high_water_ms,
+        "time": format_unix_ms(mark.high_water_ms),
+        "kind": mark.kind,
+        "written_at_ms": mark.written_at_ms,
+        "written_at": format_unix_ms(mark.written_at_ms),
+        "pid": mark.pid,
+        "epoch_ms": mark.epoch_ms,
+    })
+}
+
+/// The state files of `dir` (all, or the pair's), read without taking the lock: a running
+/// node replaces its file atomically, so a reader sees one whole record or the other.
+fn local_marks(
+    dir: &Path,
+    layout: &Layout,
+    pair: Option<(u64, u64)>,
+) -> anyhow::Result<Vec<(PathBuf, Mark)>> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e).with_context(|| format!("cannot read state directory {}", dir.display())),
+    };
+    let mut marks = Vec::new();
+    for entry in entries {
+        let entry = entry.with_context(|| format!("cannot read state directory {}", dir.display()))?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some(ids) = name.strip_prefix("node-").and_then(|n| n.strip_suffix(".json")) else {
+            continue;
+        };
+        let Some((d, w)) = ids.split_once('-') else { continue };
+        let (Ok(d), Ok(w)) = (d.parse::<u64>(), w.parse::<u64>()) else {
+            continue;
+        };
+        if pair.is_some_and(|pair| pair != (d, w)) {
+            continue;
+        }
+        let mark = StateDir::read_mark(&entry.path(), d, w, layout.epoch_ms())?;
+        marks.push((entry.path(), mark));
+    }
+    marks.sort_by_key(|(_, m)| (m.datacenter_id, m.worker_id));
+    Ok(marks)
+}
+
+fn show(args: &ShowArgs, epoch_ms: Option<&str>, out: &mut impl Write) -> anyhow::Result<()> {
+    let Resolved { config, pair } = args.target.resolve(epoch_ms)?;
+    let layout = config.layout;
+    let local = local_marks(&config.state_dir, &layout, pair)?;
+    let fleet = match pair {
+        Some((d, w)) => fleet_mark(&config, d, w)?,
+        None => None,
+    };
+    if args.json {
+        let value = json!({
+            "state_dir": config.state_dir.display().to_string(),
+            "local": local.iter().map(|(p, m)| local_json(p, m)).collect::<Vec<_>>(),
+            "fleet": fleet.as_ref().map(|(service, mark)| json!({
+                "service": service,
+                "location": mark.location,
+                "high_water_ms": mark.high_water_ms,
+                "time": format_unix_ms(mark.high_water_ms),
+                "holder": mark.holder,
+                "value": mark.value,
+            })),
+        });
+        writeln!(out, "{value}")?;
+        return Ok(());
+    }
+    writeln!(out, "state directory {}", config.state_dir.display())?;
+    if local.is_empty() {
+        writeln!(out, "  no mark{}", pair.map_or(String::new(), |(d, w)| format!(" for datacenter {d} worker {w}")))?;
+    }
+    for (path, mark) in &local {
+        writeln!(
+            out,
+            "  datacenter {} worker {}: high-water mark {} ({}), {}, written {} by pid {} ({})",
+            mark.datacenter_id,
+            mark.worker_id,
+            mark.high_water_ms,
+            format_unix_ms(mark.high_water_ms),
+            match mark.kind {
+                MarkKind::Reservation => "a reservation (the node did not stop cleanly, or runs)",
+                MarkKind::Shutdown => "the exact point of a graceful shutdown",
+            },
+            format_unix_ms(mark.written_at_ms),
+            mark.pid,
+            path.display()
+        )?;
+    }
+    if let Some((service, mark)) = &fleet {
+        writeln!(out, "{service} {}", mark.location)?;
+        writeln!(
+            out,
+            "  high-water mark {} ({})",
+            mark.high_water_ms,
+            format_unix_ms(mark.high_water_ms)
+        )?;
+        match &mark.holder {
+            Some(holder) => writeln!(out, "  held by {holder}")?,
+            None => writeln!(out, "  not held")?,
+        }
+    }
+    Ok(())
+}
+
+/// The fleet's copy of the pair's mark, if the node runs in a fleet.
+fn fleet_mark(
+    config: &Config,
+    datacenter_id: u64,
+    worker_id: u64,
+) -> anyhow::Result<Option<(&'static str, snowflake_server::fleet::StoredMark)>> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async {
+        if let Some(etcd) = &config.etcd {
+            let mark = snowflake_server::etcd::read_mark(etcd, &config.layout, datacenter_id, worker_id)
+                .await
+                .map_err(|e| anyhow!("cannot read the mark in etcd: {e}"))?;
+            return Ok(Some(("etcd", mark)));
+        }
+        if let Some(zookeeper) = &config.zookeeper {
+            let mark = snowflake_server::zookeeper::read_mark(zookeeper, &config.layout, worker_id)
+                .await
+                .map_err(|e| anyhow!("cannot read the mark in ZooKeeper: {e}"))?;
+            return Ok(Some(("zookeeper", mark)));
+        }
+        Ok(None)
+    })
+}
+
+/// Who is lowering the mark: the user (the one behind sudo, if any) and the host.
+fn operator() -> String {
+    let user = ["SUDO_USER", "USER", "LOGNAME"]
+        .iter()
+        .find_map(|name| std::env::var(name).ok().filter(|v| !v.is_empty()))
+        .unwrap_or_else(|| "unknown".into());
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_owned())
+        .unwrap_or_else(|_| "unknown-host".into());
+    format!("{user}@{host}")
+}
+
+fn lower(args: &LowerArgs, epoch_ms: Option<&str>, out: &mut impl Write) -> anyhow::Result<()> {
+    let Resolved { config, pair } = args.target.resolve(epoch_ms)?;
+    let layout = config.layout;
+    let Some((datacenter_id, worker_id)) = pair else {
+        bail!("lower-mark needs the pair: --datacenter-id D --worker-id W");
+    };
+    let to_ms = layout
+        .parse(Field::Timestamp, &args.to)
+        .map_err(|e| anyhow!("--to: {e}"))?;
+    if !args.yes {
+        bail!(
+            "lowering the mark of datacenter {datacenter_id} worker {worker_id} to {to_ms} ({}) lets \
+             the pair issue ids after that time again: if any id of the pair dated after it was \
+             ever used, they will repeat. Check with `snowflake audit`, then pass --yes",
+            format_unix_ms(to_ms)
+        );
+    }
+    let by = operator();
+    let now_ms = snowflake_core::Clock::now_ms(&snowflake_core::SystemClock);
+    // The local copy first takes the directory's lock: no node may run on it meanwhile.
+    let state = StateDir::open(&config.state_dir)?;
+    let local = state.load(datacenter_id, worker_id, layout.epoch_ms())?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let fleet = runtime.block_on(async {
+        if let Some(etcd) = &config.etcd {
+            let previous = snowflake_server::etcd::lower_mark(
+                etcd, &layout, datacenter_id, worker_id, to_ms, &by, now_ms,
+            )
+            .await
+            .map_err(|e| anyhow!("etcd: {e}"))?;
+            return anyhow::Ok(Some(("etcd", previous)));
+        }
+        if let Some(zookeeper) = &config.zookeeper {
+            let previous =
+                snowflake_server::zookeeper::lower_mark(zookeeper, &layout, worker_id, to_ms, &by, now_ms)
+                    .await
+                    .map_err(|e| anyhow!("ZooKeeper: {e}"))?;
+            return anyhow::Ok(Some(("zookeeper", previous)));
+        }
+        anyhow::Ok(None)
+    })?;
+    if let Some((service, previous)) = &fleet {
+        let line = format!(
+            "{service} {}: lowered the mark from {} ({}) to {to_ms} ({}) by {by} at {}",
+            previous.location,
+            previous.high_water_ms,
+            format_unix_ms(previous.high_water_ms),
+            format_unix_ms(to_ms),
+            format_unix_ms(now_ms)
+        );
+        log_lowering(state.path(), &line);
+        writeln!(out, "{line}")?;
+    }
+    match local {
+        Some(mark) if mark.high_water_ms > to_ms => {
+            let lowered = StateDir::mark(
+                datacenter_id,
+                worker_id,
+                layout.epoch_ms(),
+                to_ms,
+                MarkKind::Shutdown,
+                now_ms,
+            );
+            state.store(&lowered)?;
+            let line = format!(
+                "local {}: lowered the mark from {} ({}) to {to_ms} ({}) by {by} at {}",
+                state.file(datacenter_id, worker_id).display(),
+                mark.high_water_ms,
+                format_unix_ms(mark.high_water_ms),
+                format_unix_ms(to_ms),
+                format_unix_ms(now_ms)
+            );
+            log_lowering(state.path(), &line);
+            writeln!(out, "{line}")?;
+        }
+        Some(mark) => writeln!(
+            out,
+            "local {}: the mark {} ({}) is not above {to_ms}; left as it is",
+            state.file(datacenter_id, worker_id).display(),
+            mark.high_water_ms,
+            format_unix_ms(mark.high_water_ms)
+        )?,
+        None if fleet.is_none() => bail!(
+            "no mark for datacenter {datacenter_id} worker {worker_id} in {}",
+            config.state_dir.display()
+        ),
+        None => {}
+    }
+    Ok(())
+}
+
+/// Appends one line to `lower-mark.log` in the state directory, and logs it on stderr.
+fn log_lowering(dir: &Path, line: &str) {
+    eprintln!("{line}");
+    let appended = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join("lower-mark.log"))
+        .and_then(|mut file| {
+            writeln!(file, "{line}")?;
+            file.sync_all()
+        });
+    if let Err(err) = appended {
+        eprintln!("warning: cannot append to {}: {err}", dir.join("lower-mark.log").display());
+    }
+}
