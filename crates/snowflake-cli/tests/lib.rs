@@ -4,6 +4,7 @@
 
 mod cli;
 mod etcd_cluster;
+mod etcd_mark;
 mod fleet;
 mod serve;
 mod support;
