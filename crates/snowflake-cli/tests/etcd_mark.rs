@@ -11,7 +11,8 @@
 use crate::etcd_cluster::EtcdCluster;
 use crate::support::now_ms;
 use snowflake_core::Layout;
-use snowflake_server::fleet::Coordinator;
+use snowflake_server::etcd::{lower_mark, read_mark};
+use snowflake_server::fleet::{Coordinator, Fence};
 use snowflake_server::{EtcdConfig, EtcdLease, Holder};
 use std::collections::HashSet;
 use std::io::{Read, Write};
@@ -357,4 +358,196 @@ fn a_mark_write_applied_late_never_lowers_the_mark_in_etcd() {
         started.elapsed(),
         proxy.lock().dropped_resets
     );
+}
+
+/// The settings for a single-member cluster, claims pinned or not retried long.
+fn direct_config(etcd: &EtcdCluster) -> EtcdConfig {
+    let mut config = config(vec![etcd.endpoint(0)]);
+    config.claim_timeout = Duration::from_secs(2);
+    config
+}
+
+/// The floor a claim read (the fence right after it).
+fn floor_of(lease: &EtcdLease) -> u64 {
+    match &*lease.fence().borrow() {
+        Fence::Held { floor_ms, .. } => *floor_ms,
+        lost @ Fence::Lost { .. } => panic!("just claimed, but {lost:?}"),
+    }
+}
+
+/// `etcdctl put`, which must succeed.
+fn put(etcd: &EtcdCluster, args: &[&str]) {
+    let mut all = vec!["put"];
+    all.extend_from_slice(args);
+    let out = etcd.etcdctl(&all);
+    assert!(out.status.success(), "etcdctl {all:?}: {out:?}");
+}
+
+/// A lease granted with etcdctl: its id (hex).
+fn etcdctl_lease(etcd: &EtcdCluster) -> String {
+    let grant = etcd.etcdctl(&["lease", "grant", "60"]);
+    let text = String::from_utf8_lossy(&grant.stdout);
+    text.split_whitespace()
+        .nth(1)
+        .unwrap_or_else(|| panic!("lease grant printed {text:?}"))
+        .to_owned()
+}
+
+#[test]
+fn an_unusable_mark_is_skipped_unless_the_worker_is_pinned() {
+    let started = Instant::now();
+    let etcd = EtcdCluster::start(1);
+    let layout = Layout::default();
+    // A mark past the layout's last millisecond (2^42 - 1): no id could ever be issued above.
+    let past = "{\"high_water_ms\":4398046511103,\"epoch_ms\":1288834974657,\"lease\":\"1\"}";
+    put(&etcd, &["/snowflake/marks/0/0", past]);
+    runtime().block_on(async {
+        let config = direct_config(&etcd);
+        let unpinned = EtcdLease::claim(&config, &layout, 0, None, &holder())
+            .await
+            .expect("an unpinned node takes the next worker");
+        assert_eq!(unpinned.worker_id(), 1);
+        assert_eq!(
+            etcd.get("/snowflake/workers/0/0"),
+            None,
+            "the claim of worker 0 was given back"
+        );
+        assert!(etcd.get("/snowflake/workers/0/1").is_some());
+
+        let err = EtcdLease::claim(&config, &layout, 0, Some(0), &holder())
+            .await
+            .expect_err("a node pinned to worker 0 cannot use its mark");
+        let message = err.to_string();
+        for needle in [
+            "/snowflake/marks/0/0",
+            "4398046511103",
+            "the layout's last millisecond",
+            "snowflake state lower-mark",
+        ] {
+            assert!(message.contains(needle), "lacks {needle:?}: {message}");
+        }
+        eprintln!("etcd_mark: the pinned claim failed: {message}");
+        assert_eq!(etcd.get("/snowflake/workers/0/0"), None, "given back");
+        assert!(
+            etcd.get("/snowflake/workers/0/1").is_some(),
+            "the other node's claim is untouched"
+        );
+    });
+    eprintln!("etcd_mark: unusable-mark test took {:?}", started.elapsed());
+}
+
+#[test]
+fn an_operator_lowers_a_mark_only_while_nobody_holds_the_pair() {
+    let started = Instant::now();
+    let etcd = EtcdCluster::start(1);
+    let layout = Layout::default();
+    let config = direct_config(&etcd);
+    let high = now_ms() + 3_600_000;
+    runtime().block_on(async {
+        let none = read_mark(&config, &layout, 0, 3).await.expect("read");
+        assert_eq!((none.high_water_ms, none.holder.as_deref()), (0, None));
+        assert_eq!(none.location, "/snowflake/marks/0/3");
+
+        let lease = EtcdLease::claim(&config, &layout, 0, Some(3), &holder())
+            .await
+            .expect("claim");
+        lease.store_mark(high).await.expect("a mark");
+        let held = read_mark(&config, &layout, 0, 3).await.expect("read");
+        assert_eq!(held.high_water_ms, high);
+        assert!(held.value.contains(&high.to_string()), "{held:?}");
+        let holder_json = held.holder.expect("held");
+        assert!(holder_json.contains("\"host\":\"test\""), "{holder_json}");
+
+        let err = lower_mark(&config, &layout, 0, 3, high - 1000, "alice", now_ms())
+            .await
+            .expect_err("held");
+        assert!(
+            err.contains("held by a live node") && err.contains("/snowflake/workers/0/3"),
+            "{err}"
+        );
+        assert_eq!(mark(&etcd, 3), high, "untouched while held");
+
+        lease.release().await;
+        assert_eq!(etcd.get("/snowflake/workers/0/3"), None, "released");
+        let err = lower_mark(&config, &layout, 0, 3, high, "alice", now_ms())
+            .await
+            .expect_err("not lower");
+        assert!(
+            err.contains("not lower") && err.contains(&high.to_string()),
+            "{err}"
+        );
+
+        let at = now_ms();
+        let previous = lower_mark(&config, &layout, 0, 3, high - 1000, "alice", at)
+            .await
+            .expect("lowered");
+        assert_eq!(previous.high_water_ms, high);
+        let stored: serde_json::Value =
+            serde_json::from_str(&etcd.get("/snowflake/marks/0/3").unwrap()).unwrap();
+        assert_eq!(stored["high_water_ms"], high - 1000, "{stored}");
+        assert_eq!(stored["lease"], "operator", "{stored}");
+        assert_eq!(stored["lowered"]["from_ms"], high, "{stored}");
+        assert_eq!(stored["lowered"]["by"], "alice", "{stored}");
+        assert_eq!(stored["lowered"]["at_ms"], at, "{stored}");
+
+        // The next holder issues above the lowered mark.
+        let next = EtcdLease::claim(&config, &layout, 0, Some(3), &holder())
+            .await
+            .expect("claim again");
+        assert_eq!(floor_of(&next), high - 1000);
+        next.store_mark(high - 500)
+            .await
+            .expect("a mark over the operator's");
+        assert_eq!(mark(&etcd, 3), high - 500);
+    });
+    eprintln!("etcd_mark: lower-mark test took {:?}", started.elapsed());
+}
+
+#[test]
+fn a_mark_and_a_claim_of_the_previous_release_are_honoured() {
+    let started = Instant::now();
+    let etcd = EtcdCluster::start(1);
+    let layout = Layout::default();
+    let config = direct_config(&etcd);
+    let old_mark_ms = now_ms() + 60_000;
+    // Exactly what the previous release wrote: the mark, and a claim under its lease.
+    let old_mark = format!(
+        "{{\"high_water_ms\":{old_mark_ms},\"time\":\"2026-01-01T00:00:00.000Z\",\
+         \"epoch_ms\":1288834974657,\"lease\":\"694d9a1b2c3d4e5f\"}}"
+    );
+    put(&etcd, &["/snowflake/marks/0/5", &old_mark]);
+    let old_lease = etcdctl_lease(&etcd);
+    let old_claim = "{\"host\":\"old-host\",\"pid\":4242,\"addresses\":[\"http=10.0.0.1:8080\"],\
+                     \"started_at\":\"2026-01-01T00:00:00.000Z\",\"epoch_ms\":1288834974657,\
+                     \"version\":\"0.1.0\"}";
+    put(
+        &etcd,
+        &[
+            &format!("--lease={old_lease}"),
+            "/snowflake/workers/0/5",
+            old_claim,
+        ],
+    );
+    runtime().block_on(async {
+        let err = EtcdLease::claim(&config, &layout, 0, Some(5), &holder())
+            .await
+            .expect_err("the old node holds it");
+        assert!(err.to_string().contains("old-host"), "{err}");
+
+        let shown = read_mark(&config, &layout, 0, 5).await.expect("read");
+        assert_eq!(shown.high_water_ms, old_mark_ms);
+        assert!(shown.holder.unwrap().contains("old-host"));
+
+        let out = etcd.etcdctl(&["lease", "revoke", &old_lease]);
+        assert!(out.status.success(), "{out:?}");
+        let lease = EtcdLease::claim(&config, &layout, 0, Some(5), &holder())
+            .await
+            .expect("claim after the old node left");
+        assert_eq!(floor_of(&lease), old_mark_ms, "the old mark is the floor");
+        // The first write is conditional on the old mark's revision, and lands.
+        lease.store_mark(old_mark_ms + 1).await.expect("a mark");
+        assert_eq!(mark(&etcd, 5), old_mark_ms + 1);
+        assert_eq!(lease.info().state, "held");
+    });
+    eprintln!("etcd_mark: compatibility test took {:?}", started.elapsed());
 }

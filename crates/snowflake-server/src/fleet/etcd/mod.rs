@@ -46,7 +46,7 @@ mod client;
 pub use client::{EtcdClient, EtcdError, KeepAliveStream};
 
 use crate::config::EtcdConfig;
-use crate::fleet::{BoxFuture, Coordinator, Fence, LeaseInfo, Proof};
+use crate::fleet::{BoxFuture, Coordinator, Fence, LeaseInfo, Proof, StoredMark};
 use snowflake_core::{Layout, format_unix_ms};
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
@@ -755,6 +755,159 @@ impl Coordinator for EtcdLease {
             "not renewed in time; etcd is out of reach",
             |lease| (Some(format!("{:x}", lease.lease_id)), lease.ttl_secs),
         )
+    }
+}
+
+/// What an operator tool reads of one pair in one transaction: the mark as shown, and the
+/// mark key's `mod_revision` (0 when absent).
+async fn read_pair(
+    client: &EtcdClient,
+    keys: &Keys,
+    layout: &Layout,
+    timeout: Duration,
+    attempts: usize,
+) -> Result<(StoredMark, i64), String> {
+    let request = pb::TxnRequest {
+        compare: vec![],
+        success: vec![get(&keys.claim), get(&keys.mark)],
+        failure: vec![],
+    };
+    let mut last = String::new();
+    for _ in 0..attempts.max(1) {
+        match client.txn(request.clone(), timeout).await {
+            Ok(response) => {
+                let mut ranges = first_kvs(response);
+                let (claim, mark) = (ranges.next().flatten(), ranges.next().flatten());
+                let (high_water_ms, _) = crate::fleet::parse_mark(
+                    mark.as_ref().map_or(&[][..], |kv| &kv.value),
+                    layout.epoch_ms(),
+                    "lease",
+                )
+                .map_err(|reason| {
+                    format!(
+                        "the high-water mark in etcd ({}) is unusable: {reason}",
+                        keys.mark
+                    )
+                })?;
+                let stored = StoredMark {
+                    high_water_ms,
+                    value: mark
+                        .as_ref()
+                        .map_or_else(String::new, |kv| shown(&kv.value)),
+                    holder: claim.map(|kv| shown(&kv.value)),
+                    location: keys.mark.clone(),
+                };
+                return Ok((stored, mark.map_or(0, |kv| kv.mod_revision)));
+            }
+            // The client moved on to the next member: try it.
+            Err(err) => last = err.to_string(),
+        }
+    }
+    Err(format!("cannot read {} from etcd: {last}", keys.mark))
+}
+
+/// A client for an operator tool, and its call timeout.
+fn operator_client(config: &EtcdConfig) -> Result<(EtcdClient, Duration), String> {
+    let timeout = call_timeout(config.lease_ttl_secs);
+    EtcdClient::new(&config.endpoints, timeout)
+        .map(|client| (client, timeout))
+        .map_err(|e| e.to_string())
+}
+
+/// The pair's mark in etcd as an operator sees it (`snowflake state show`): its
+/// `high_water_ms` (0 when none was ever written), the stored value, and the claim key's
+/// value as `holder` while a node holds the pair. A mark that cannot be read (not JSON, another
+/// epoch) is an error naming the key; one past the layout is shown as it is.
+pub async fn read_mark(
+    config: &EtcdConfig,
+    layout: &Layout,
+    datacenter_id: u64,
+    worker_id: u64,
+) -> Result<StoredMark, String> {
+    let (client, timeout) = operator_client(config)?;
+    let keys = Keys::new(&config.prefix, datacenter_id, worker_id);
+    read_pair(&client, &keys, layout, timeout, config.endpoints.len())
+        .await
+        .map(|(stored, _)| stored)
+}
+
+/// Lowers the pair's mark in etcd to `to_ms` (`snowflake state lower-mark`), recording `by`
+/// and `now_ms` in it; returns the mark it replaced. Refused while a node holds the pair, and
+/// when `to_ms` is not lower than the current mark. The write is one conditional transaction:
+/// nobody holds the pair (the claim key's `create_revision` is 0) and the mark is still the
+/// one just read (its `mod_revision`), so a node claiming the pair or writing its mark
+/// meanwhile makes it fail instead of being overwritten.
+pub async fn lower_mark(
+    config: &EtcdConfig,
+    layout: &Layout,
+    datacenter_id: u64,
+    worker_id: u64,
+    to_ms: u64,
+    by: &str,
+    now_ms: u64,
+) -> Result<StoredMark, String> {
+    let (client, timeout) = operator_client(config)?;
+    let keys = Keys::new(&config.prefix, datacenter_id, worker_id);
+    let (previous, revision) =
+        read_pair(&client, &keys, layout, timeout, config.endpoints.len()).await?;
+    if let Some(holder) = &previous.holder {
+        return Err(format!(
+            "worker {worker_id} of datacenter {datacenter_id} is held by a live node: {holder} \
+             (etcd key {}); stop it first: the mark of a held pair is never lowered",
+            keys.claim
+        ));
+    }
+    if to_ms >= previous.high_water_ms {
+        return Err(format!(
+            "{to_ms} is not lower than the current mark {} ({}) in etcd ({})",
+            previous.high_water_ms,
+            format_unix_ms(previous.high_water_ms),
+            keys.mark
+        ));
+    }
+    let value = crate::fleet::lowered_mark_json(
+        to_ms,
+        layout.epoch_ms(),
+        "lease",
+        previous.high_water_ms,
+        by,
+        now_ms,
+    );
+    let request = pb::TxnRequest {
+        compare: vec![
+            pb::Compare {
+                result: pb::compare::CompareResult::Equal as i32,
+                target: pb::compare::CompareTarget::Create as i32,
+                key: keys.claim.as_bytes().to_vec(),
+                range_end: Vec::new(),
+                target_union: Some(pb::compare::TargetUnion::CreateRevision(0)),
+            },
+            mod_revision_is(&keys.mark, revision),
+        ],
+        success: vec![put(&keys.mark, value, 0)],
+        failure: vec![],
+    };
+    match client.txn(request, timeout).await {
+        Ok(response) if response.succeeded => {
+            tracing::info!(
+                key = %keys.mark,
+                from_ms = previous.high_water_ms,
+                to_ms,
+                by,
+                "lowered the high-water mark in etcd"
+            );
+            Ok(previous)
+        }
+        Ok(_) => Err(format!(
+            "worker {worker_id} of datacenter {datacenter_id} changed meanwhile in etcd (claimed \
+             by a node, or its mark {} written): nothing was lowered; try again",
+            keys.mark
+        )),
+        Err(err) => Err(format!(
+            "lowering {} to {to_ms} may or may not have been applied: {err}; read it again \
+             before retrying",
+            keys.mark
+        )),
     }
 }
 
