@@ -5,6 +5,7 @@
 mod cli;
 mod clock_steps;
 mod etcd_cluster;
+mod etcd_mark;
 mod fleet;
 mod serve;
 mod support;

@@ -162,17 +162,24 @@ impl<T> Proof<T> {
 
     /// A renewal went through: held until `until`; `update` changes the coordinator's own state
     /// under the same lock. Returns whether the renewal before it had failed.
+    ///
+    /// A renewal that raced a loss (answered before it, processed after) changes nothing: only
+    /// [`Proof::held_again`] reopens a lost fence. The fence is published under the lock, so a
+    /// loss and a renewal are seen in the order they happened.
     pub(crate) fn renewed(&self, until: Instant, update: impl FnOnce(&mut T)) -> bool {
-        let (was_renewing, floor_ms) = {
-            let mut state = self.lock();
-            let was_renewing = state.renewing;
-            state.renewing = false;
-            update(&mut state.own);
-            state.until = Some(until);
-            (was_renewing, state.floor_ms)
-        };
+        let mut state = self.lock();
+        if state.lost_reason.is_some() {
+            return false;
+        }
+        let was_renewing = state.renewing;
+        state.renewing = false;
+        update(&mut state.own);
+        state.until = Some(until);
         self.renewals.fetch_add(1, Ordering::Relaxed);
-        self.fence.send_replace(Fence::Held { until, floor_ms });
+        self.fence.send_replace(Fence::Held {
+            until,
+            floor_ms: state.floor_ms,
+        });
         was_renewing
     }
 
@@ -192,13 +199,10 @@ impl<T> Proof<T> {
     /// The pair is gone (the service says so): fence at once. Returns whether it was held
     /// until now (a loss, counted), rather than already lost.
     pub(crate) fn lose(&self, reason: String) -> bool {
-        let first = {
-            let mut state = self.lock();
-            let first = state.lost_reason.is_none();
-            state.until = None;
-            state.lost_reason = Some(reason.clone());
-            first
-        };
+        let mut state = self.lock();
+        let first = state.lost_reason.is_none();
+        state.until = None;
+        state.lost_reason = Some(reason.clone());
         if first {
             self.losses.fetch_add(1, Ordering::Relaxed);
         }
@@ -209,25 +213,21 @@ impl<T> Proof<T> {
     /// Held again after a loss, until `until` and above `floor_ms`; `update` installs the new
     /// lease or session under the same lock.
     pub(crate) fn held_again(&self, until: Instant, floor_ms: u64, update: impl FnOnce(&mut T)) {
-        {
-            let mut state = self.lock();
-            update(&mut state.own);
-            state.until = Some(until);
-            state.floor_ms = floor_ms;
-            state.renewing = false;
-            state.lost_reason = None;
-        }
+        let mut state = self.lock();
+        update(&mut state.own);
+        state.until = Some(until);
+        state.floor_ms = floor_ms;
+        state.renewing = false;
+        state.lost_reason = None;
         self.fence.send_replace(Fence::Held { until, floor_ms });
     }
 
     /// Given up at shutdown.
     pub(crate) fn released(&self) {
         const RELEASED: &str = "released at shutdown";
-        {
-            let mut state = self.lock();
-            state.until = None;
-            state.lost_reason = Some(RELEASED.into());
-        }
+        let mut state = self.lock();
+        state.until = None;
+        state.lost_reason = Some(RELEASED.into());
         self.fence.send_replace(Fence::Lost {
             reason: RELEASED.into(),
         });
@@ -464,6 +464,37 @@ mod tests {
             *fence.borrow(),
             Fence::Lost {
                 reason: "released at shutdown".into()
+            }
+        );
+    }
+
+    #[test]
+    fn a_renewal_that_races_a_loss_does_not_reopen_the_fence() {
+        let until = Instant::now() + Duration::from_secs(60);
+        let proof = Proof::new(1_u32, until, 100);
+        let fence = proof.fence();
+        assert!(proof.lose("taken away".into()));
+        // A keep-alive answered before the loss, processed after it.
+        proof.renewed(until + Duration::from_secs(30), |own| *own = 2);
+        assert_eq!(
+            *fence.borrow(),
+            Fence::Lost {
+                reason: "taken away".into()
+            },
+            "a renewal after the loss reopened the fence"
+        );
+        let info = proof.info("k", "late", |_| (None, 0));
+        assert_eq!(
+            (info.state, info.remaining_ms, info.reason.as_deref()),
+            ("lost", 0, Some("taken away"))
+        );
+        // Only a new hold reopens it.
+        proof.held_again(until, 300, |own| *own = 3);
+        assert_eq!(
+            *fence.borrow(),
+            Fence::Held {
+                until,
+                floor_ms: 300
             }
         );
     }
