@@ -10,4 +10,6 @@ mod fleet;
 mod serve;
 mod support;
 mod zookeeper_fleet;
+mod zookeeper_marks;
+mod zookeeper_ownership;
 mod zookeeper_server;

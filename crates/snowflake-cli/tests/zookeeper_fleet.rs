@@ -20,14 +20,14 @@ use std::time::{Duration, Instant};
 /// (the harness's ZooKeeper accepts 1000..=60000).
 const SESSION_MS: u64 = 2000;
 /// The 2010 registration path (the default of `--zookeeper-path`).
-const PATH: &str = "/snowflake-servers";
+pub(crate) const PATH: &str = "/snowflake-servers";
 /// Where the high-water marks live: a sibling of [`PATH`].
-const MARKS: &str = "/snowflake-servers-marks";
+pub(crate) const MARKS: &str = "/snowflake-servers-marks";
 /// Twitter's epoch, the default layout's.
-const EPOCH_MS: u64 = 1_288_834_974_657;
+pub(crate) const EPOCH_MS: u64 = 1_288_834_974_657;
 
 /// `snowflake serve` registering in `zk` with a session of `session_ms`, its own state dir.
-fn zk_node_with_session(zk: &ZooKeeper, state_dir: &Path, session_ms: u64) -> Serve {
+pub(crate) fn zk_node_with_session(zk: &ZooKeeper, state_dir: &Path, session_ms: u64) -> Serve {
     Serve::new(state_dir).args([
         "--zookeeper",
         &zk.connect_string(),
@@ -42,7 +42,7 @@ fn zk_node(zk: &ZooKeeper, state_dir: &Path) -> Serve {
 }
 
 /// The ZooKeeper session a node says it holds (hex, as `/v1/info` shows it).
-fn session_of(node: &ServeProcess) -> String {
+pub(crate) fn session_of(node: &ServeProcess) -> String {
     let info = info(node);
     info["lease"]["lease_id"]
         .as_str()
@@ -50,7 +50,7 @@ fn session_of(node: &ServeProcess) -> String {
         .to_owned()
 }
 
-fn assert_mentions(finished: &Finished, needles: &[&str]) {
+pub(crate) fn assert_mentions(finished: &Finished, needles: &[&str]) {
     for needle in needles {
         assert!(
             finished.stderr.contains(needle),
@@ -61,7 +61,7 @@ fn assert_mentions(finished: &Finished, needles: &[&str]) {
 }
 
 /// The mark znode of `worker` as JSON.
-fn mark_json(zk: &ZooKeeper, worker: u64) -> serde_json::Value {
+pub(crate) fn mark_json(zk: &ZooKeeper, worker: u64) -> serde_json::Value {
     let path = format!("{MARKS}/{worker}");
     let text = zk
         .get(&path)
@@ -70,7 +70,7 @@ fn mark_json(zk: &ZooKeeper, worker: u64) -> serde_json::Value {
 }
 
 /// The high-water mark of `worker` in ZooKeeper (Unix ms).
-fn mark(zk: &ZooKeeper, worker: u64) -> u64 {
+pub(crate) fn mark(zk: &ZooKeeper, worker: u64) -> u64 {
     let json = mark_json(zk, worker);
     json["high_water_ms"]
         .as_u64()
@@ -611,8 +611,9 @@ fn three_nodes_register_distinct_workers_and_never_repeat_an_id() {
 }
 
 #[test]
-fn a_graceful_stop_deletes_the_znode_at_once_and_leaves_an_exact_mark() {
-    // A session far longer than the test: only the node's own delete can remove the znode.
+fn a_graceful_stop_removes_the_znode_at_once_and_leaves_an_exact_mark() {
+    // A session far longer than the test: only the node closing its session can remove the
+    // znode (it never deletes it: a delete could remove another session's znode).
     let zk = ZooKeeper::start();
     let dir = temp_dir();
     let node = zk_node_with_session(&zk, dir.path(), 30_000).start();
@@ -626,9 +627,9 @@ fn a_graceful_stop_deletes_the_znode_at_once_and_leaves_an_exact_mark() {
     let stopping = Instant::now();
     let finished = node.stop_with("TERM");
     assert_exit(&finished, 0);
-    // Gone at once. (The client closing its session at exit would remove it too: the log line
-    // below is what shows the node deleted it itself, after storing its last mark.)
-    assert_eq!(ephemerals(&zk), 0, "the znode is deleted at shutdown");
+    // Gone at once: the node closed its session (and waited for ZooKeeper to confirm it) after
+    // storing its last mark.
+    assert_eq!(ephemerals(&zk), 0, "the znode is removed at shutdown");
     let gone_after = stopping.elapsed();
     assert!(
         gone_after < Duration::from_secs(10),
@@ -636,7 +637,7 @@ fn a_graceful_stop_deletes_the_znode_at_once_and_leaves_an_exact_mark() {
     );
     assert_eq!(zk.get(&format!("{PATH}/{worker}")), None);
     assert_eq!(zk.children(PATH), Vec::<String>::new());
-    assert_mentions(&finished, &["released the worker id (znode deleted)"]);
+    assert_mentions(&finished, &["released the worker id (session closed)"]);
     let mark = mark(&zk, worker);
     assert!(
         mark >= timestamp_ms(max),

@@ -8,24 +8,57 @@
 //!   of the peers' mean); otherwise it refuses to start. A peer that cannot be reached is
 //!   skipped with a warning: a crashed node's znode lingers until its session expires, and
 //!   refusing then would turn one crash into a fleet that cannot restart. Its worker stays taken.
+//!   A node without `--worker-id` skips a free worker whose mark cannot be used (unreadable,
+//!   another epoch, at or past the layout's last millisecond); a pinned one refuses to start.
+//! - **Ownership proof**: the ephemeral znode alone proves nothing to a writer, because any
+//!   znode freshly created by anyone is at version 0 and ZooKeeper's checks compare versions
+//!   only: a znode deleted by hand while its holder's session lives and created again by
+//!   another node looks the same to the old holder. What proves ownership is the mark znode's
+//!   own version. Right after creating `PATH/W`, and before it issues anything, a registrant
+//!   rewrites the mark (the same high-water mark, its session as writer) with a
+//!   compare-and-set on the version it read; every later mark write of the holder is again a
+//!   compare-and-set on the version its own previous write produced. So once another node has
+//!   registered the worker, every write of the previous holder fails, whatever happened to
+//!   the znode. A failed compare-and-set whose current writer is this very session (a write
+//!   whose answer was lost) is adopted, never undone with a lower value.
 //! - **Fence**: ZooKeeper expires a session no earlier than its timeout after it last heard from
 //!   the client. Every third of the timeout the node reads its own znode's stat; from the moment
 //!   a successful read was *sent*, the session is provably alive for the negotiated timeout. The
-//!   node stops issuing a fifth of the timeout before that, and when the znode is gone or owned
-//!   by another session.
+//!   node stops issuing a fifth of the timeout before that; and at once when its znode is deleted
+//!   (a watch on it), when the znode belongs to another session or was created again, or when a
+//!   mark write finds that another session wrote the mark since its own last write.
 //! - **Mark**: a persistent znode `PATH-marks/W` (a sibling, so listing `PATH` shows only
 //!   workers, as 2010 peers expect) holds the high-water mark, written before use in a
-//!   multi-operation that first checks this node's ephemeral znode: only the live holder can
-//!   write it. A node that registers reads it and issues only above it.
-//! - **New session**: when the session expires (2010 never recovered), the node opens a new one
-//!   and registers the same worker again, reading the mark again; if another node holds it by
-//!   then, the service stops.
+//!   multi-operation that checks that this node's znode still exists and compares-and-sets the
+//!   mark's version (above). A node that registers reads it and issues only above it. Marks of
+//!   the previous release (the same JSON, without the compare-and-set) are read as they are.
+//! - **Release**: the node never deletes `PATH/W`: a delete can only compare versions, and every
+//!   fresh znode has version 0, so it could delete another session's registration. A graceful
+//!   stop closes the session instead, which removes this session's ephemeral znode and nothing
+//!   else; a worker given back because its mark cannot be used is given back the same way.
+//! - **New session**: when the session expires (2010 never recovered), or the registration is
+//!   lost while it lives, the node closes the old session, opens a new one and registers the
+//!   same worker again (the same proof, the mark read again). When its previous session's
+//!   znode lingers (the client gave that session up before the server expired it), it waits for
+//!   the server to expire it (at most the session timeout) instead of deleting it. If another
+//!   node holds the worker by then, the service stops.
+//! - **Mixed versions**: a node of the previous release writes the mark unconditionally, which
+//!   bumps its version, so a new-version holder fences as soon as an old node that took the
+//!   worker writes its first reservation (the safe direction). An old-version holder is still
+//!   exposed to the deletion hole: it keeps writing against whichever znode exists. Upgrade
+//!   every node of a path before relying on the proof, and never delete registration znodes by
+//!   hand (stop the node, or let its session expire).
 
 use crate::config::ZooKeeperConfig;
-use crate::fleet::{BoxFuture, Coordinator, Fence, LeaseInfo, Proof, mark_json, parse_mark};
+use crate::fleet::{
+    BoxFuture, Coordinator, Fence, LeaseInfo, Proof, StoredMark, check_mark_in_layout,
+    lowered_mark_json, mark_json, parse_mark,
+};
 use crate::thrift::peer::Peer;
 use snowflake_core::Layout;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
 use zookeeper_client as zk;
@@ -37,6 +70,13 @@ const MAX_CALL_TIMEOUT: Duration = Duration::from_secs(2);
 const RETRY_PAUSE: Duration = Duration::from_secs(1);
 /// Time limit of each Thrift call to a peer.
 const PEER_TIMEOUT: Duration = Duration::from_secs(2);
+/// How many times a registrant reads the mark again when another write got in between its read
+/// and its compare-and-set (a previous holder still writing, or an operator).
+const CLAIM_ATTEMPTS: usize = 10;
+/// How many times a mark write is tried again after finding that its own lost write landed.
+const WRITE_ATTEMPTS: usize = 3;
+/// The data of the znode `snowflake state lower-mark` holds while it lowers a mark.
+const LOWER_MARK_HOLDER: &str = "snowflake-state-lower-mark";
 
 /// Why the node could not register; the service does not start.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -69,22 +109,25 @@ pub enum RegisterError {
         /// How long it was retried.
         waited_secs: u64,
     },
-    /// Every worker under the path is registered.
-    #[error("all {count} worker ids under {path} are registered; stop a node, or use another path")]
+    /// Every worker under the path is registered (or free with an unusable mark).
+    #[error("{}", full_message(*count, path, *unusable))]
     Full {
         /// How many workers a datacenter has.
         count: u64,
         /// The path.
         path: String,
+        /// How many of them are free but were skipped because their mark cannot be used.
+        unusable: u64,
     },
     /// A peer failed the 2010 sanity checks.
     #[error("peer check failed: {0}")]
     Peer(String),
-    /// The worker's mark cannot be read.
+    /// The worker's mark cannot be used.
     #[error(
         "the high-water mark of worker {worker_id} in ZooKeeper ({path}) is unusable: {reason}; \
          refusing to register it, because without it this node could repeat ids a previous \
-         holder issued"
+         holder issued (see it with `snowflake state show`; once no live node holds the worker, \
+         `snowflake state lower-mark` rewrites it)"
     )]
     BadMark {
         /// The worker.
@@ -96,14 +139,37 @@ pub enum RegisterError {
     },
 }
 
+fn full_message(count: u64, path: &str, unusable: u64) -> String {
+    if unusable == 0 {
+        format!(
+            "all {count} worker ids under {path} are registered; stop a node, or use another path"
+        )
+    } else {
+        format!(
+            "all {count} worker ids under {path} are registered or unusable ({unusable} free ones \
+             have a high-water mark that cannot be used: see `snowflake state show`, and \
+             `snowflake state lower-mark`); stop a node, or use another path"
+        )
+    }
+}
+
 /// The session as this node knows it (what it proves is in the [`Proof`]).
 #[derive(Debug)]
 struct Session {
-    client: Arc<zk::Client>,
+    /// `None` once closed (at release, or before registering again).
+    client: Option<Arc<zk::Client>>,
     /// The session's id (hex), as ZooKeeper shows it.
     session: String,
     /// The negotiated session timeout.
     timeout: Duration,
+    /// The mark znode's version after this session's last write: the next write's
+    /// compare-and-set.
+    mark_version: i32,
+    /// When our registration znode was created (its `czxid`): a znode of the same path created
+    /// later is not ours.
+    czxid: i64,
+    /// The watch set on our znode at registration, until the keeper takes it over.
+    watcher: Option<zk::OneshotWatcher>,
 }
 
 /// A worker id registered in ZooKeeper.
@@ -116,29 +182,41 @@ pub struct ZooKeeperRegistration {
     mark_path: String,
     /// The znode's data: the advertised Thrift address.
     data: String,
-    epoch_ms: u64,
+    layout: Layout,
     proof: Proof<Session>,
-}
-
-/// A live session with the time its creation was asked for.
-struct Connected {
-    client: zk::Client,
-    sent: Instant,
+    /// Given up at shutdown: never registered again.
+    released: AtomicBool,
 }
 
 /// Opens a session within `timeout`.
-async fn connect(config: &ZooKeeperConfig, timeout: Duration) -> Result<Connected, String> {
+async fn connect(config: &ZooKeeperConfig, timeout: Duration) -> Result<zk::Client, String> {
     let servers = config.servers.join(",");
-    let sent = Instant::now();
     let connect = zk::Client::connector()
         .with_session_timeout(config.session_timeout)
         .with_connection_timeout(call_timeout(config.session_timeout))
         .connect(&servers);
     match tokio::time::timeout(timeout, connect).await {
-        Ok(Ok(client)) => Ok(Connected { client, sent }),
+        Ok(Ok(client)) => Ok(client),
         Ok(Err(err)) => Err(format!("cannot open a session: {err}")),
         Err(_) => Err(format!("no session within {} ms", timeout.as_millis())),
     }
+}
+
+/// Closes a session (once every other handle on it is dropped too) and waits, at most
+/// `timeout`, until ZooKeeper confirmed it: its ephemeral znodes, and only its own, are gone
+/// then. Returns whether it was confirmed in time.
+async fn close(client: Arc<zk::Client>, timeout: Duration) -> bool {
+    let mut state = client.state_watcher();
+    drop(client);
+    let closed = async {
+        loop {
+            if state.state().is_terminated() {
+                return;
+            }
+            state.changed().await;
+        }
+    };
+    tokio::time::timeout(timeout, closed).await.is_ok()
 }
 
 fn persistent() -> zk::CreateOptions<'static> {
@@ -191,75 +269,183 @@ async fn bounded<T>(
 
 /// The outcome of one registration attempt of one worker.
 enum Attempt {
-    /// Ours, with the mark read and who wrote it.
+    /// Ours: the mark read (and who wrote it before us), the mark's version after our
+    /// compare-and-set, our znode's `czxid`, the watch on it, and when the compare-and-set was
+    /// sent (the session was alive then).
     Registered {
         floor_ms: u64,
         writer: Option<String>,
+        mark_version: i32,
+        czxid: i64,
+        watcher: zk::OneshotWatcher,
+        sent: Instant,
     },
     /// Another session holds it.
     HeldBy { holder: String, owner: String },
+    /// Its mark cannot be used. `created`: our znode was created before that was found out,
+    /// so the worker must be given back by closing this session.
+    Unusable { reason: String, created: bool },
 }
 
-/// Creates `PATH/W` (ephemeral, with our address), then reads the mark (creating its znode
-/// if absent). The outer error is ZooKeeper's, the inner one an unreadable mark.
+/// The mark in `data` if this layout can issue above it: its value and writer.
+fn usable_mark(data: &[u8], layout: &Layout) -> Result<(u64, Option<String>), String> {
+    let (mark_ms, writer) = parse_mark(data, layout.epoch_ms(), "session")?;
+    check_mark_in_layout(mark_ms, layout)?;
+    Ok((mark_ms, writer))
+}
+
+/// The mark `data` (already read as usable) with `session` as its writer: what a registrant
+/// writes to claim it. Everything else (an operator's `lowered` record too) stays.
+fn claimed_mark(data: &[u8], epoch_ms: u64, session: &str) -> String {
+    match serde_json::from_slice::<serde_json::Value>(data) {
+        Ok(mut value @ serde_json::Value::Object(_)) => {
+            value["session"] = serde_json::Value::String(session.to_owned());
+            value.to_string()
+        }
+        _ => mark_json(0, epoch_ms, "session", session),
+    }
+}
+
+/// Creates the mark znode if absent and reads it: its data and version.
+async fn read_mark_znode(
+    client: &zk::Client,
+    mark_path: &str,
+    timeout: Duration,
+) -> Result<(Vec<u8>, i32), String> {
+    match bounded(timeout, client.create(mark_path, b"", &persistent())).await {
+        Ok(_) | Err(CallError::Zk(zk::Error::NodeExists)) => {}
+        Err(err) => return Err(err.to_string()),
+    }
+    let (data, stat) = bounded(timeout, client.get_data(mark_path)).await?;
+    Ok((data, stat.version))
+}
+
+/// One registration attempt: reads the mark first (a worker whose mark cannot be used is not
+/// taken), creates `PATH/W` (ephemeral, with our address), claims the mark with a
+/// compare-and-set (see the module doc), and watches our znode. The error is ZooKeeper's.
 async fn try_register(
     client: &zk::Client,
     node_path: &str,
     mark_path: &str,
     data: &str,
-    epoch_ms: u64,
+    layout: &Layout,
     timeout: Duration,
-) -> Result<Result<Attempt, String>, String> {
-    match tokio::time::timeout(
+) -> Result<Attempt, String> {
+    let (mark, _) = read_mark_znode(client, mark_path, timeout).await?;
+    if let Err(reason) = usable_mark(&mark, layout) {
+        return Ok(Attempt::Unusable {
+            reason,
+            created: false,
+        });
+    }
+    let session = session_hex(client);
+    let czxid = match bounded(
         timeout,
         client.create(node_path, data.as_bytes(), &ephemeral()),
     )
     .await
     {
-        Ok(Ok(_)) => {}
-        Ok(Err(zk::Error::NodeExists)) => {
+        Ok((stat, _)) => stat.czxid,
+        Err(CallError::Zk(zk::Error::NodeExists)) => {
             return match bounded(timeout, client.get_data(node_path)).await {
-                Ok((holder, stat)) => {
-                    let owner = format!("{:x}", stat.ephemeral_owner);
-                    if owner == session_hex(client) {
-                        // Our own earlier attempt landed although its answer was lost.
-                        read_mark(client, mark_path, epoch_ms, timeout).await
-                    } else {
-                        Ok(Ok(Attempt::HeldBy {
-                            holder: String::from_utf8_lossy(&holder).chars().take(200).collect(),
-                            owner,
-                        }))
-                    }
+                // Our own earlier attempt landed although its answer was lost.
+                Ok((_, stat)) if format!("{:x}", stat.ephemeral_owner) == session => {
+                    claim_mark(client, node_path, mark_path, layout, stat.czxid, timeout).await
                 }
+                Ok((holder, stat)) => Ok(Attempt::HeldBy {
+                    holder: String::from_utf8_lossy(&holder).chars().take(200).collect(),
+                    owner: format!("{:x}", stat.ephemeral_owner),
+                }),
                 // Gone again in between: try once more on the next round.
-                Err(CallError::Zk(zk::Error::NoNode)) => Ok(Ok(Attempt::HeldBy {
+                Err(CallError::Zk(zk::Error::NoNode)) => Ok(Attempt::HeldBy {
                     holder: "(just released)".into(),
                     owner: "0".into(),
-                })),
+                }),
                 Err(err) => Err(err.to_string()),
             };
         }
-        Ok(Err(err)) => return Err(err.to_string()),
-        Err(_) => return Err(format!("no answer within {} ms", timeout.as_millis())),
-    }
-    read_mark(client, mark_path, epoch_ms, timeout).await
+        Err(err) => return Err(err.to_string()),
+    };
+    claim_mark(client, node_path, mark_path, layout, czxid, timeout).await
 }
 
-async fn read_mark(
+/// With our znode `node_path` (created at `czxid`) in place: rewrites the mark with our session
+/// as writer, compare-and-set on the version read (read again when another write got in
+/// between), checks the mark again, then watches our znode and checks it is still ours.
+async fn claim_mark(
     client: &zk::Client,
+    node_path: &str,
     mark_path: &str,
-    epoch_ms: u64,
+    layout: &Layout,
+    czxid: i64,
     timeout: Duration,
-) -> Result<Result<Attempt, String>, String> {
-    match tokio::time::timeout(timeout, client.create(mark_path, b"", &persistent())).await {
-        Ok(Ok(_) | Err(zk::Error::NodeExists)) => {}
-        Ok(Err(err)) => return Err(err.to_string()),
-        Err(_) => return Err(format!("no answer within {} ms", timeout.as_millis())),
+) -> Result<Attempt, String> {
+    let session = session_hex(client);
+    for _ in 0..CLAIM_ATTEMPTS {
+        let (data, version) = read_mark_znode(client, mark_path, timeout).await?;
+        let (floor_ms, writer) = match usable_mark(&data, layout) {
+            Ok(mark) => mark,
+            Err(reason) => {
+                return Ok(Attempt::Unusable {
+                    reason,
+                    created: true,
+                });
+            }
+        };
+        let value = claimed_mark(&data, layout.epoch_ms(), &session);
+        let mut multi = client
+            .new_check_writer(node_path, None)
+            .map_err(|e| e.to_string())?;
+        multi
+            .add_set_data(mark_path, value.as_bytes(), Some(version))
+            .map_err(|e| e.to_string())?;
+        let sent = Instant::now();
+        let mark_version = match tokio::time::timeout(timeout, multi.commit()).await {
+            Ok(Ok(results)) => match results.first() {
+                Some(zk::MultiWriteResult::SetData { stat }) => stat.version,
+                _ => version + 1,
+            },
+            Ok(Err(zk::CheckWriteError::OperationFailed {
+                source: zk::Error::BadVersion,
+                ..
+            })) => continue,
+            Ok(Err(zk::CheckWriteError::CheckFailed { source })) => {
+                return Err(format!(
+                    "{node_path} went away while registering ({source})"
+                ));
+            }
+            Ok(Err(err)) => return Err(err.to_string()),
+            Err(_) => return Err(format!("no answer within {} ms", timeout.as_millis())),
+        };
+        // Still ours after the claim (created again by another session in between, it is
+        // theirs; our claim then only fences them, which is safe), and watched from now on.
+        let (stat, watcher) = bounded(timeout, client.check_and_watch_stat(node_path)).await?;
+        return Ok(match stat {
+            Some(stat)
+                if format!("{:x}", stat.ephemeral_owner) == session && stat.czxid == czxid =>
+            {
+                Attempt::Registered {
+                    floor_ms,
+                    writer,
+                    mark_version,
+                    czxid,
+                    watcher,
+                    sent,
+                }
+            }
+            Some(stat) => Attempt::HeldBy {
+                holder: "(registered again meanwhile)".into(),
+                owner: format!("{:x}", stat.ephemeral_owner),
+            },
+            None => Attempt::HeldBy {
+                holder: "(just released)".into(),
+                owner: "0".into(),
+            },
+        });
     }
-    let (data, _) = bounded(timeout, client.get_data(mark_path)).await?;
-
-    Ok(parse_mark(&data, epoch_ms, "session")
-        .map(|(floor_ms, writer)| Attempt::Registered { floor_ms, writer }))
+    Err(format!(
+        "the mark {mark_path} changed under each of {CLAIM_ATTEMPTS} attempts to claim it"
+    ))
 }
 
 /// The 2010 sanity checks: every registered peer's worker id matches its znode, its datacenter
@@ -353,7 +539,8 @@ async fn check_peers(
 
 impl ZooKeeperRegistration {
     /// Checks the registered peers, then registers `worker_id` (retrying while it is held, up
-    /// to the claim timeout) or the lowest free worker. `data` is the advertised Thrift address.
+    /// to the claim timeout) or the lowest free worker whose mark can be used. `data` is the
+    /// advertised Thrift address.
     pub async fn register(
         config: &ZooKeeperConfig,
         layout: &Layout,
@@ -371,10 +558,10 @@ impl ZooKeeperRegistration {
             waited_secs: started.elapsed().as_secs(),
             last,
         };
-        let connected = connect(config, config.claim_timeout.max(timeout))
+        let connect_timeout = config.claim_timeout.max(timeout);
+        let mut client = connect(config, connect_timeout)
             .await
             .map_err(unreachable)?;
-        let client = connected.client;
         for path in [config.path.clone(), config.marks_path()] {
             bounded(timeout, client.mkdir(&path, &persistent()))
                 .await
@@ -395,30 +582,24 @@ impl ZooKeeperRegistration {
                         .collect()
                 }
             };
-            if candidates.is_empty() {
-                return Err(RegisterError::Full {
-                    count: layout.max_worker_id() + 1,
-                    path: config.path.clone(),
-                });
-            }
             let mut held_by = None;
+            let mut unusable = 0;
+            let mut failed = false;
             for w in candidates {
                 let node_path = format!("{}/{w}", config.path);
                 let mark_path = format!("{}/{w}", config.marks_path());
-                match try_register(
-                    &client,
-                    &node_path,
-                    &mark_path,
-                    &data,
-                    layout.epoch_ms(),
-                    timeout,
-                )
-                .await
-                {
-                    Ok(Ok(Attempt::Registered { floor_ms, .. })) => {
+                match try_register(&client, &node_path, &mark_path, &data, layout, timeout).await {
+                    Ok(Attempt::Registered {
+                        floor_ms,
+                        mark_version,
+                        czxid,
+                        watcher,
+                        sent,
+                        ..
+                    }) => {
                         let session_timeout = client.session_timeout();
                         let session = session_hex(&client);
-                        let until = connected.sent + session_timeout - margin(session_timeout);
+                        let until = sent + session_timeout - margin(session_timeout);
                         tracing::info!(
                             worker_id = w,
                             znode = %node_path,
@@ -426,6 +607,7 @@ impl ZooKeeperRegistration {
                             session = %session,
                             session_timeout_ms = u64::try_from(session_timeout.as_millis()).unwrap_or(u64::MAX),
                             takeover_mark_ms = floor_ms,
+                            mark_version,
                             "registered the worker id in ZooKeeper"
                         );
                         return Ok(ZooKeeperRegistration {
@@ -435,32 +617,57 @@ impl ZooKeeperRegistration {
                             node_path,
                             mark_path,
                             data,
-                            epoch_ms: layout.epoch_ms(),
+                            layout: *layout,
                             proof: Proof::new(
                                 Session {
-                                    client: Arc::new(client),
+                                    client: Some(Arc::new(client)),
                                     session,
                                     timeout: session_timeout,
+                                    mark_version,
+                                    czxid,
+                                    watcher: Some(watcher),
                                 },
                                 until,
                                 floor_ms,
                             ),
+                            released: AtomicBool::new(false),
                         });
                     }
-                    Ok(Ok(Attempt::HeldBy { holder, owner })) => {
+                    Ok(Attempt::HeldBy { holder, owner }) => {
                         held_by = Some((w, holder, owner, node_path));
                     }
-                    Ok(Err(reason)) => {
-                        // Give the worker back: we cannot serve it safely.
-                        let _ = bounded(timeout, client.delete(&node_path, None)).await;
-                        return Err(RegisterError::BadMark {
-                            worker_id: w,
-                            path: mark_path,
-                            reason,
-                        });
+                    Ok(Attempt::Unusable { reason, created }) => {
+                        if created {
+                            // Give the worker back: closing the session removes our znode and
+                            // nothing else (a delete could remove another session's).
+                            close(Arc::new(client), timeout).await;
+                            client = connect(config, connect_timeout)
+                                .await
+                                .map_err(unreachable)?;
+                        }
+                        if worker_id.is_some() {
+                            return Err(RegisterError::BadMark {
+                                worker_id: w,
+                                path: mark_path,
+                                reason,
+                            });
+                        }
+                        tracing::warn!(worker_id = w, mark = %mark_path, %reason, "skipping a free worker whose high-water mark cannot be used");
+                        unusable += 1;
                     }
-                    Err(err) => last_error = err,
+                    Err(err) => {
+                        failed = true;
+                        last_error = err;
+                    }
                 }
+            }
+            if worker_id.is_none() && held_by.is_none() && !failed {
+                // Every free worker was skipped (or there is none).
+                return Err(RegisterError::Full {
+                    count: layout.max_worker_id() + 1,
+                    path: config.path.clone(),
+                    unusable,
+                });
             }
             if Instant::now() >= deadline {
                 return Err(match (worker_id, held_by) {
@@ -474,12 +681,18 @@ impl ZooKeeperRegistration {
                     (None, Some(_)) => RegisterError::Full {
                         count: layout.max_worker_id() + 1,
                         path: config.path.clone(),
+                        unusable,
                     },
                     (_, None) => unreachable(last_error),
                 });
             }
             if let Some((_, holder, _, _)) = &held_by {
                 last_error = format!("held by {holder}");
+            }
+            if session_gone(&client) {
+                client = connect(config, connect_timeout)
+                    .await
+                    .map_err(unreachable)?;
             }
             tokio::time::sleep(RETRY_PAUSE.min(deadline.saturating_duration_since(Instant::now())))
                 .await;
@@ -504,52 +717,80 @@ impl ZooKeeperRegistration {
     }
 
     async fn keep(&self, mut stop: watch::Receiver<bool>) -> Result<(), String> {
+        // The watch on our znode, as a future: it fires when the znode is deleted or its data
+        // changes (or the session ends).
+        let mut watching: Option<WatchFuture> = None;
         loop {
             if *stop.borrow() {
                 return Ok(());
             }
-            let (client, session, session_timeout, lost) = {
-                let state = self.proof.lock();
-                let own = &state.own;
+            let (client, session, session_timeout, czxid, lost) = {
+                let mut state = self.proof.lock();
+                let lost = state.lost_reason().is_some();
+                let own = &mut state.own;
+                if let Some(watcher) = own.watcher.take() {
+                    watching = Some(Box::pin(watcher.changed()));
+                }
                 (
-                    Arc::clone(&own.client),
+                    own.client.clone(),
                     own.session.clone(),
                     own.timeout,
-                    state.lost_reason().is_some(),
+                    own.czxid,
+                    lost,
                 )
             };
-            if lost {
+            if self.released.load(Ordering::SeqCst) {
+                let _ = stop.wait_for(|s| *s).await;
+                return Ok(());
+            }
+            // (`filter` drops our handle on a lost session before it is closed.)
+            let Some(client) = client.filter(|_| !lost) else {
+                watching = None;
                 tokio::select! {
                     result = self.register_again() => result?,
                     _ = stop.wait_for(|s| *s) => return Ok(()),
                 }
                 continue;
-            }
+            };
             let sent = Instant::now();
-            let check = bounded(
-                call_timeout(session_timeout),
-                client.check_stat(&self.node_path),
-            );
+            let call_limit = call_timeout(session_timeout);
+            let watched = watching.is_some();
+            let check = async {
+                if watched {
+                    bounded(call_limit, client.check_stat(&self.node_path))
+                        .await
+                        .map(|stat| (stat, None))
+                } else {
+                    bounded(call_limit, client.check_and_watch_stat(&self.node_path))
+                        .await
+                        .map(|(stat, watcher)| (stat, Some(watcher)))
+                }
+            };
             let outcome = tokio::select! {
                 outcome = check => outcome,
                 _ = stop.wait_for(|s| *s) => return Ok(()),
             };
             let next = match outcome {
-                Ok(Some(stat)) if format!("{:x}", stat.ephemeral_owner) == session => {
+                Ok((Some(stat), watcher))
+                    if format!("{:x}", stat.ephemeral_owner) == session && stat.czxid == czxid =>
+                {
+                    if let Some(watcher) = watcher {
+                        watching = Some(Box::pin(watcher.changed()));
+                    }
                     let until = sent + session_timeout - margin(session_timeout);
                     if self.proof.renewed(until, |_| {}) {
                         tracing::info!(znode = %self.node_path, "ZooKeeper answers again");
                     }
                     sent + session_timeout / 3
                 }
-                Ok(Some(stat)) => {
+                Ok((Some(stat), _)) => {
                     self.lose(format!(
-                        "{} now belongs to session {:x}",
-                        self.node_path, stat.ephemeral_owner
+                        "{} now belongs to session {:x} (created at zxid {:#x}, ours at {czxid:#x})",
+                        self.node_path, stat.ephemeral_owner, stat.czxid
                     ));
                     continue;
                 }
-                Ok(None) => {
+                Ok((None, _)) => {
                     self.lose(format!("{} is gone", self.node_path));
                     continue;
                 }
@@ -572,64 +813,74 @@ impl ZooKeeperRegistration {
                     Instant::now() + Duration::from_millis(200)
                 }
             };
+            // Not held while waiting: closing the session (at release) needs every handle.
+            drop(client);
             tokio::select! {
                 () = tokio::time::sleep_until(next.into()) => {}
+                event = next_event(&mut watching) => {
+                    watching = None;
+                    match event.event_type {
+                        zk::EventType::NodeDeleted => self.lose(format!(
+                            "{} was deleted while this node's session {session} lives (by an \
+                             operator or a script?)",
+                            self.node_path
+                        )),
+                        // Check at once (and watch again).
+                        _ => tracing::debug!(znode = %self.node_path, event = ?event.event_type, state = ?event.session_state, "watch fired"),
+                    }
+                }
                 _ = stop.wait_for(|s| *s) => return Ok(()),
             }
         }
     }
 
-    /// One attempt at registering this node's worker on `client` (see [`try_register`]).
-    async fn try_register(
-        &self,
-        client: &zk::Client,
-        timeout: Duration,
-    ) -> Result<Result<Attempt, String>, String> {
-        try_register(
-            client,
-            &self.node_path,
-            &self.mark_path,
-            &self.data,
-            self.epoch_ms,
-            timeout,
-        )
-        .await
-    }
-
-    /// After the session expired: a new session, the same worker, the mark read again. Fails
-    /// only when another node holds the worker.
+    /// After the session expired or the registration was lost: the old session closed, a new
+    /// one, the same worker, the mark read and claimed again. Fails only when another node
+    /// holds the worker or its mark cannot be used.
     async fn register_again(&self) -> Result<(), String> {
         let timeout = call_timeout(self.config.session_timeout);
-        let previous = self.proof.lock().own.session.clone();
+        let (previous, old) = {
+            let mut state = self.proof.lock();
+            (state.own.session.clone(), state.own.client.take())
+        };
+        if let Some(old) = old {
+            // It writes nothing any more, and its znode (if any is left) goes with it.
+            close(old, timeout).await;
+        }
+        let mut connected: Option<zk::Client> = None;
+        let mut waiting_since: Option<Instant> = None;
         loop {
-            let connected = match connect(&self.config, timeout.max(Duration::from_secs(2))).await {
-                Ok(connected) => connected,
-                Err(err) => {
-                    tracing::debug!(error = %err, "cannot reach ZooKeeper to register again");
-                    tokio::time::sleep(RETRY_PAUSE).await;
-                    continue;
-                }
-            };
-            let client = connected.client;
-            let mut attempt = self.try_register(&client, timeout).await;
-            if let Ok(Ok(Attempt::HeldBy { owner, .. })) = &attempt
-                && *owner == previous
-            {
-                // Our own previous session's znode: the client gave that session up before the
-                // server expired it. Nobody else can hold it, and that session writes nothing
-                // any more (the registration is marked lost), so take the znode over.
-                tracing::info!(znode = %self.node_path, old_session = %previous, "the previous session's znode is still there; replacing it");
-                match bounded(timeout, client.delete(&self.node_path, None)).await {
-                    Ok(()) | Err(CallError::Zk(zk::Error::NoNode)) => {
-                        attempt = self.try_register(&client, timeout).await;
+            let client = match connected.take() {
+                Some(client) if !session_gone(&client) => client,
+                _ => match connect(&self.config, timeout.max(Duration::from_secs(2))).await {
+                    Ok(client) => client,
+                    Err(err) => {
+                        tracing::debug!(error = %err, "cannot reach ZooKeeper to register again");
+                        tokio::time::sleep(RETRY_PAUSE).await;
+                        continue;
                     }
-                    Err(err) => attempt = Err(err.to_string()),
-                }
-            }
-            match attempt {
-                Ok(Ok(Attempt::Registered { floor_ms, writer })) => {
+                },
+            };
+            match try_register(
+                &client,
+                &self.node_path,
+                &self.mark_path,
+                &self.data,
+                &self.layout,
+                timeout,
+            )
+            .await
+            {
+                Ok(Attempt::Registered {
+                    floor_ms,
+                    writer,
+                    mark_version,
+                    czxid,
+                    watcher,
+                    sent,
+                }) => {
                     let session_timeout = client.session_timeout();
-                    let until = connected.sent + session_timeout - margin(session_timeout);
+                    let until = sent + session_timeout - margin(session_timeout);
                     // Our own mark from the previous session is only a reservation.
                     let floor_ms = if writer.as_deref() == Some(previous.as_str()) {
                         0
@@ -637,27 +888,42 @@ impl ZooKeeperRegistration {
                         floor_ms
                     };
                     let session = session_hex(&client);
-                    tracing::info!(znode = %self.node_path, %session, takeover_mark_ms = floor_ms, "registered the worker id again");
+                    tracing::info!(znode = %self.node_path, %session, takeover_mark_ms = floor_ms, mark_version, "registered the worker id again");
                     self.proof.held_again(until, floor_ms, |own| {
                         *own = Session {
-                            client: Arc::new(client),
+                            client: Some(Arc::new(client)),
                             session,
                             timeout: session_timeout,
+                            mark_version,
+                            czxid,
+                            watcher: Some(watcher),
                         };
                     });
                     return Ok(());
                 }
-                Ok(Ok(Attempt::HeldBy { holder, owner })) if owner != "0" && owner != previous => {
+                Ok(Attempt::HeldBy { owner, .. }) if owner == previous => {
+                    // Our own previous session's znode: the client gave that session up before
+                    // the server expired it. The server expires it within the session timeout;
+                    // deleting it instead could delete another session's znode of the same
+                    // path and version.
+                    if waiting_since.is_none() {
+                        waiting_since = Some(Instant::now());
+                        tracing::info!(znode = %self.node_path, old_session = %previous, "the previous session's znode is still there; waiting for ZooKeeper to expire it");
+                    }
+                }
+                Ok(Attempt::HeldBy { holder, owner }) if owner != "0" => {
                     return Err(format!(
-                        "lost worker {} to another node while the ZooKeeper session was gone: \
-                         {holder} (session {owner}, {}); this node can never serve it again, so \
-                         it stops (restart it to register a free worker)",
+                        "lost worker {} to another node: {holder} (session {owner}, {}); this \
+                         node can never serve it again, so it stops (restart it to register a \
+                         free worker)",
                         self.worker_id, self.node_path
                     ));
                 }
-                Ok(Ok(Attempt::HeldBy { .. })) => {}
-                Ok(Err(reason)) => {
-                    let _ = bounded(timeout, client.delete(&self.node_path, None)).await;
+                Ok(Attempt::HeldBy { .. }) => {}
+                Ok(Attempt::Unusable { reason, created }) => {
+                    if created {
+                        close(Arc::new(client), timeout).await;
+                    }
                     return Err(format!(
                         "the high-water mark in ZooKeeper ({}) is unusable: {reason}; refusing \
                          to serve the worker again",
@@ -668,50 +934,123 @@ impl ZooKeeperRegistration {
                     tracing::debug!(error = %err, "cannot register again yet");
                 }
             }
+            connected = Some(client);
             tokio::time::sleep(RETRY_PAUSE).await;
         }
     }
 
     async fn write_mark(&self, mark_ms: u64) -> Result<(), String> {
-        let (client, session, session_timeout) = {
+        let (client, session, session_timeout, mut version) = {
             let state = self.proof.lock();
             if let Some(reason) = state.lost_reason() {
                 return Err(format!("the registration is lost ({reason})"));
             }
+            let Some(client) = &state.own.client else {
+                return Err("the worker id is released".into());
+            };
             (
-                Arc::clone(&state.own.client),
+                Arc::clone(client),
                 state.own.session.clone(),
                 state.own.timeout,
+                state.own.mark_version,
             )
         };
-        let value = mark_json(mark_ms, self.epoch_ms, "session", &session);
-        // Only while our ephemeral znode (version 0, never changed) exists: only this session
-        // can keep it alive, so only the holder can move the mark.
-        let mut writer = client
-            .new_check_writer(&self.node_path, Some(0))
-            .map_err(|e| e.to_string())?;
-        writer
-            .add_set_data(&self.mark_path, value.as_bytes(), None)
-            .map_err(|e| e.to_string())?;
-        match tokio::time::timeout(call_timeout(session_timeout), writer.commit()).await {
-            Ok(Ok(_)) => Ok(()),
-            Ok(Err(zk::CheckWriteError::CheckFailed { source })) => {
-                let reason = format!("{} is no longer this node's ({source})", self.node_path);
-                self.lose(reason.clone());
-                Err(reason)
-            }
-            Ok(Err(err)) => {
-                let message = err.to_string();
-                if session_gone(&client) {
-                    self.lose(format!("the ZooKeeper session {session} expired"));
+        let limit = call_timeout(session_timeout);
+        let value = mark_json(mark_ms, self.layout.epoch_ms(), "session", &session);
+        for _ in 0..WRITE_ATTEMPTS {
+            // Only while our znode exists, and only if nobody wrote the mark since our last
+            // write: a registrant claims it with a compare-and-set before it issues anything.
+            let mut multi = client
+                .new_check_writer(&self.node_path, None)
+                .map_err(|e| e.to_string())?;
+            multi
+                .add_set_data(&self.mark_path, value.as_bytes(), Some(version))
+                .map_err(|e| e.to_string())?;
+            match tokio::time::timeout(limit, multi.commit()).await {
+                Ok(Ok(results)) => {
+                    let written = match results.first() {
+                        Some(zk::MultiWriteResult::SetData { stat }) => stat.version,
+                        _ => version + 1,
+                    };
+                    self.adopt_mark_version(&session, written);
+                    return Ok(());
                 }
-                Err(message)
+                Ok(Err(zk::CheckWriteError::CheckFailed { source })) => {
+                    let reason = format!("{} is no longer this node's ({source})", self.node_path);
+                    self.lose(reason.clone());
+                    return Err(reason);
+                }
+                Ok(Err(zk::CheckWriteError::OperationFailed {
+                    source: zk::Error::BadVersion,
+                    ..
+                })) => {
+                    // Somebody wrote the mark since our last write: our own write whose answer
+                    // was lost, or another node that registered the worker.
+                    let (data, stat) = bounded(limit, client.get_data(&self.mark_path)).await?;
+                    let stored = parse_mark(&data, self.layout.epoch_ms(), "session");
+                    match stored {
+                        Ok((stored_ms, Some(writer))) if writer == session => {
+                            version = stat.version;
+                            self.adopt_mark_version(&session, version);
+                            if stored_ms >= mark_ms {
+                                // Already covered; never write a lower mark over it.
+                                return Ok(());
+                            }
+                        }
+                        other => {
+                            let writer = match other {
+                                Ok((_, Some(writer))) => format!("session {writer}"),
+                                Ok((_, None)) => "a writer that left no session".into(),
+                                Err(reason) => format!("an unusable mark ({reason})"),
+                            };
+                            let reason = format!(
+                                "{} was written by {writer} since this node's last write: \
+                                 another node registered worker {}",
+                                self.mark_path, self.worker_id
+                            );
+                            self.lose(reason.clone());
+                            return Err(reason);
+                        }
+                    }
+                }
+                Ok(Err(err)) => {
+                    let message = err.to_string();
+                    if session_gone(&client) {
+                        self.lose(format!("the ZooKeeper session {session} expired"));
+                    }
+                    return Err(message);
+                }
+                Err(_) => {
+                    return Err(format!(
+                        "ZooKeeper did not answer within {} ms",
+                        limit.as_millis()
+                    ));
+                }
             }
-            Err(_) => Err(format!(
-                "ZooKeeper did not answer within {} ms",
-                call_timeout(session_timeout).as_millis()
-            )),
         }
+        Err(format!(
+            "{} kept changing under {WRITE_ATTEMPTS} writes",
+            self.mark_path
+        ))
+    }
+
+    /// Our session's write produced mark version `version` (versions only grow).
+    fn adopt_mark_version(&self, session: &str, version: i32) {
+        let mut state = self.proof.lock();
+        if state.own.session == session {
+            state.own.mark_version = state.own.mark_version.max(version);
+        }
+    }
+}
+
+/// The watch on our znode, as a future.
+type WatchFuture = Pin<Box<dyn Future<Output = zk::WatchedEvent> + Send>>;
+
+/// The next event of the watch, if there is one; never otherwise.
+async fn next_event(watching: &mut Option<WatchFuture>) -> zk::WatchedEvent {
+    match watching {
+        Some(future) => future.as_mut().await,
+        None => std::future::pending().await,
     }
 }
 
@@ -734,26 +1073,23 @@ impl Coordinator for ZooKeeperRegistration {
 
     fn release(&self) -> BoxFuture<'_, ()> {
         Box::pin(async move {
+            self.released.store(true, Ordering::SeqCst);
             let (client, timeout, lost) = {
-                let state = self.proof.lock();
-                (
-                    Arc::clone(&state.own.client),
-                    state.own.timeout,
-                    state.lost_reason().is_some(),
-                )
+                let mut state = self.proof.lock();
+                let lost = state.lost_reason().is_some();
+                (state.own.client.take(), state.own.timeout, lost)
             };
-            if lost {
-                return;
-            }
-            match bounded(call_timeout(timeout), client.delete(&self.node_path, None)).await {
-                Ok(()) => {
-                    tracing::info!(znode = %self.node_path, "released the worker id (znode deleted)")
-                }
-                Err(err) => {
-                    tracing::warn!(error = %err, znode = %self.node_path, "cannot delete the znode; it goes when the session expires")
-                }
-            }
             self.proof.released();
+            let Some(client) = client else { return };
+            // Closing the session removes its ephemeral znode, and only that: a delete could
+            // remove another session's registration of the same path.
+            if close(client, call_timeout(timeout)).await {
+                if !lost {
+                    tracing::info!(znode = %self.node_path, "released the worker id (session closed)");
+                }
+            } else {
+                tracing::warn!(znode = %self.node_path, "cannot confirm the session is closed; its znode goes when the session expires");
+            }
         })
     }
 
@@ -764,6 +1100,175 @@ impl Coordinator for ZooKeeperRegistration {
             |own| (Some(own.session.clone()), own.timeout.as_secs()),
         )
     }
+}
+
+/// A short session for an operator tool.
+async fn operator_session(config: &ZooKeeperConfig) -> Result<zk::Client, String> {
+    let timeout = call_timeout(config.session_timeout).max(Duration::from_secs(2));
+    connect(config, config.claim_timeout.max(timeout))
+        .await
+        .map_err(|e| format!("cannot reach ZooKeeper ({}): {e}", config.servers.join(",")))
+}
+
+/// Who holds `node_path`: its data and session, if it exists.
+async fn holder_of(
+    client: &zk::Client,
+    node_path: &str,
+    timeout: Duration,
+) -> Result<Option<String>, String> {
+    match bounded(timeout, client.get_data(node_path)).await {
+        Ok((data, stat)) => Ok(Some(format!(
+            "{} (session {:x})",
+            String::from_utf8_lossy(&data)
+                .chars()
+                .take(200)
+                .collect::<String>(),
+            stat.ephemeral_owner
+        ))),
+        Err(CallError::Zk(zk::Error::NoNode)) => Ok(None),
+        Err(err) => Err(format!("cannot read {node_path}: {err}")),
+    }
+}
+
+/// The mark at `mark_path` as stored (0 and an empty value when there is none), with its
+/// version (-1 when absent).
+async fn stored_mark(
+    client: &zk::Client,
+    mark_path: &str,
+    layout: &Layout,
+    timeout: Duration,
+) -> Result<(StoredMark, i32), String> {
+    let (data, version) = match bounded(timeout, client.get_data(mark_path)).await {
+        Ok((data, stat)) => (data, stat.version),
+        Err(CallError::Zk(zk::Error::NoNode)) => (Vec::new(), -1),
+        Err(err) => return Err(format!("cannot read {mark_path}: {err}")),
+    };
+    let (high_water_ms, _) = parse_mark(&data, layout.epoch_ms(), "session")
+        .map_err(|reason| format!("the mark at {mark_path} cannot be read: {reason}"))?;
+    Ok((
+        StoredMark {
+            high_water_ms,
+            value: String::from_utf8_lossy(&data).into_owned(),
+            holder: None,
+            location: mark_path.to_owned(),
+        },
+        version,
+    ))
+}
+
+/// `snowflake state show` for ZooKeeper: worker `worker_id`'s mark under `config`'s path, and
+/// who holds the worker (the registration's data and session), if anybody does.
+pub async fn read_mark(
+    config: &ZooKeeperConfig,
+    layout: &Layout,
+    worker_id: u64,
+) -> Result<StoredMark, String> {
+    let client = operator_session(config).await?;
+    let timeout = call_timeout(config.session_timeout);
+    let node_path = format!("{}/{worker_id}", config.path);
+    let mark_path = format!("{}/{worker_id}", config.marks_path());
+    let result = async {
+        let (mut mark, _) = stored_mark(&client, &mark_path, layout, timeout).await?;
+        mark.holder = holder_of(&client, &node_path, timeout).await?;
+        Ok(mark)
+    }
+    .await;
+    close(Arc::new(client), timeout).await;
+    result
+}
+
+/// `snowflake state lower-mark` for ZooKeeper: lowers worker `worker_id`'s mark to `to_ms`,
+/// recording `by` and `now_ms`. Refused while a node holds the worker, and unless `to_ms` is
+/// below the current mark. It registers the worker itself for the time of the write (its
+/// ephemeral znode proves nobody else holds it, and every node that registers after it claims
+/// the mark with a compare-and-set, see the module doc), writes with a compare-and-set on the
+/// version it read, then closes its session. Returns the mark as it was.
+pub async fn lower_mark(
+    config: &ZooKeeperConfig,
+    layout: &Layout,
+    worker_id: u64,
+    to_ms: u64,
+    by: &str,
+    now_ms: u64,
+) -> Result<StoredMark, String> {
+    let client = operator_session(config).await?;
+    let timeout = call_timeout(config.session_timeout);
+    let node_path = format!("{}/{worker_id}", config.path);
+    let mark_path = format!("{}/{worker_id}", config.marks_path());
+    let result = async {
+        match bounded(
+            timeout,
+            client.create(&node_path, LOWER_MARK_HOLDER.as_bytes(), &ephemeral()),
+        )
+        .await
+        {
+            Ok(_) => {}
+            Err(CallError::Zk(zk::Error::NodeExists)) => {
+                let holder = holder_of(&client, &node_path, timeout)
+                    .await?
+                    .unwrap_or_else(|| "(just released)".into());
+                return Err(format!(
+                    "worker {worker_id} is held by {holder} ({node_path}): refusing to lower its \
+                     mark while a node holds it; stop that node first (a crashed node's znode \
+                     goes when its session expires)"
+                ));
+            }
+            Err(CallError::Zk(zk::Error::NoNode)) => {
+                return Err(format!(
+                    "{} does not exist: no node ever registered a worker there",
+                    config.path
+                ));
+            }
+            Err(err) => return Err(format!("cannot create {node_path}: {err}")),
+        }
+        let (previous, version) = stored_mark(&client, &mark_path, layout, timeout).await?;
+        if version < 0 {
+            return Err(format!(
+                "worker {worker_id} has no mark at {mark_path}: nothing to lower"
+            ));
+        }
+        if to_ms >= previous.high_water_ms {
+            return Err(format!(
+                "the mark of worker {worker_id} is {} ({}); --to {to_ms} ({}) is not below it",
+                previous.high_water_ms,
+                snowflake_core::format_unix_ms(previous.high_water_ms),
+                snowflake_core::format_unix_ms(to_ms)
+            ));
+        }
+        let value = lowered_mark_json(
+            to_ms,
+            layout.epoch_ms(),
+            "session",
+            previous.high_water_ms,
+            by,
+            now_ms,
+        );
+        let mut multi = client
+            .new_check_writer(&node_path, None)
+            .map_err(|e| e.to_string())?;
+        multi
+            .add_set_data(&mark_path, value.as_bytes(), Some(version))
+            .map_err(|e| e.to_string())?;
+        match tokio::time::timeout(timeout, multi.commit()).await {
+            Ok(Ok(_)) => Ok(previous),
+            Ok(Err(zk::CheckWriteError::OperationFailed {
+                source: zk::Error::BadVersion,
+                ..
+            })) => Err(format!(
+                "{mark_path} changed while lowering it; nothing was written (run it again)"
+            )),
+            Ok(Err(err)) => Err(format!("cannot write {mark_path}: {err}")),
+            Err(_) => Err(format!(
+                "ZooKeeper did not answer within {} ms; the mark may or may not be lowered (see \
+                 `snowflake state show`)",
+                timeout.as_millis()
+            )),
+        }
+    }
+    .await;
+    // Removes our znode (and only ours) at once.
+    close(Arc::new(client), timeout).await;
+    result
 }
 
 /// Whether the client's session is over (expired, or the client closed): the registration is

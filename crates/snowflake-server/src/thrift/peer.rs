@@ -152,21 +152,33 @@ fn parse_reply(bytes: &[u8], method: &str, seq: i32) -> Result<i64, String> {
     }
 }
 
-/// Skips a value of a simple type (the only ones a result struct of this IDL holds).
+/// How deep a peer's answer may nest structs (Apache Thrift's default recursion limit).
+const MAX_DEPTH: usize = 64;
+
+/// Skips a value of a simple type (the only ones a result struct of this IDL holds), or a
+/// struct of them nested at most [`MAX_DEPTH`] levels deep: a hostile or broken peer could
+/// otherwise nest thousands of levels in one frame and overflow the stack.
 fn skip(r: &mut Reader<'_>, field_type: u8) -> Result<(), String> {
+    skip_at(r, field_type, 1)
+}
+
+fn skip_at(r: &mut Reader<'_>, field_type: u8, depth: usize) -> Result<(), String> {
     match field_type {
         2 | 3 => r.take(1).map(drop),
         6 => r.take(2).map(drop),
         8 => r.take(4).map(drop),
         4 | 10 => r.take(8).map(drop),
         11 => r.string().map(drop),
+        12 if depth > MAX_DEPTH => Err(format!(
+            "the answer nests structs more than {MAX_DEPTH} levels deep"
+        )),
         12 => loop {
             let inner = r.u8()?;
             if inner == T_STOP {
                 return Ok(());
             }
             r.i16()?;
-            skip(r, inner)?;
+            skip_at(r, inner, depth + 1)?;
         },
         other => Err(format!("cannot skip a field of type {other}")),
     }
@@ -223,7 +235,7 @@ impl<'a> Reader<'a> {
 
 #[cfg(test)]
 mod tests {
-    use super::parse_reply;
+    use super::{MAX_ANSWER_BYTES, parse_reply};
 
     fn reply(name: &str, seq: i32, kind: u32, body: &[u8]) -> Vec<u8> {
         let mut out = (0x8001_0000u32 | kind).to_be_bytes().to_vec();
@@ -252,5 +264,41 @@ mod tests {
         assert!(err.contains("nope"), "{err}");
         assert!(parse_reply(&[0x80, 1], "x", 1).is_err());
         assert!(parse_reply(&reply("x", 1, 2, &[10, 0]), "x", 1).is_err());
+    }
+
+    /// A reply whose field 1 holds `depth` structs nested in one another, then the result.
+    fn nested(depth: usize) -> Vec<u8> {
+        let mut body = Vec::new();
+        for _ in 0..depth {
+            body.extend_from_slice(&[12, 0, 1]);
+        }
+        body.extend(std::iter::repeat_n(0, depth));
+        body.extend_from_slice(&[10, 0, 0]);
+        body.extend_from_slice(&7i64.to_be_bytes());
+        body.push(0);
+        reply("get_worker_id", 1, 2, &body)
+    }
+
+    #[test]
+    fn deeply_nested_structs_are_refused_without_overflowing_the_stack() {
+        // About 16,000 levels fit in one answer frame; on a small stack (a busy runtime's
+        // thread has little more to spare) recursing through them would overflow it.
+        let depth = 16_000;
+        let hostile = nested(depth);
+        assert!(hostile.len() <= MAX_ANSWER_BYTES);
+        let parsed = std::thread::Builder::new()
+            .stack_size(128 * 1024)
+            .spawn(move || parse_reply(&hostile, "get_worker_id", 1))
+            .expect("a thread")
+            .join()
+            .expect("no panic");
+        let err = parsed.unwrap_err();
+        assert!(
+            err.contains("nests structs more than 64 levels deep"),
+            "{err}"
+        );
+        // Nesting as deep as the limit is skipped, and the result after it read.
+        assert_eq!(parse_reply(&nested(64), "get_worker_id", 1), Ok(7));
+        assert!(parse_reply(&nested(65), "get_worker_id", 1).is_err());
     }
 }

@@ -1,0 +1,278 @@
+//! The ZooKeeper coordinator as a library, against a real ZooKeeper: marks of the previous
+//! release, claimants skipping workers whose mark cannot be used, the operator functions
+//! behind `snowflake state show` / `lower-mark`, and the fence when the registration znode is
+//! deleted by hand.
+
+use crate::support::now_ms;
+use crate::zookeeper_fleet::{EPOCH_MS, MARKS, PATH, mark, mark_json};
+use crate::zookeeper_server::ZooKeeper;
+use snowflake_core::Layout;
+use snowflake_server::ZooKeeperConfig;
+use snowflake_server::fleet::{Coordinator, Fence};
+use snowflake_server::zookeeper::{RegisterError, ZooKeeperRegistration, lower_mark, read_mark};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// The address the test registrations advertise (nothing listens there: no peer checks run
+/// against it, since each test registers one worker at a time or none is reachable).
+const DATA: &str = "127.0.0.1:1";
+
+fn config(zk: &ZooKeeper) -> ZooKeeperConfig {
+    let mut config = ZooKeeperConfig::new(vec![zk.connect_string()]);
+    config.session_timeout = Duration::from_secs(6);
+    config.claim_timeout = Duration::from_secs(3);
+    config
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a tokio runtime")
+}
+
+async fn register(
+    zk: &ZooKeeper,
+    worker_id: Option<u64>,
+) -> Result<ZooKeeperRegistration, RegisterError> {
+    let now = now_ms();
+    ZooKeeperRegistration::register(
+        &config(zk),
+        &Layout::TWITTER,
+        0,
+        worker_id,
+        DATA.into(),
+        Arc::new(move || now),
+    )
+    .await
+}
+
+fn floor_of(registration: &ZooKeeperRegistration) -> u64 {
+    match &*registration.fence().borrow() {
+        Fence::Held { floor_ms, .. } => *floor_ms,
+        lost => panic!("not held: {lost:?}"),
+    }
+}
+
+fn session_of(registration: &ZooKeeperRegistration) -> String {
+    registration.info().lease_id.expect("a session")
+}
+
+/// Creates the registration and mark parents, as a node would.
+fn parents(zk: &ZooKeeper) {
+    zk.create(PATH, "", false);
+    zk.create(MARKS, "", false);
+}
+
+#[test]
+fn a_mark_in_the_previous_format_is_the_floor_and_is_claimed() {
+    let started = Instant::now();
+    let zk = ZooKeeper::start();
+    parents(&zk);
+    let floor = now_ms() + 60_000;
+    // Exactly what the previous release wrote.
+    let old = format!(
+        r#"{{"high_water_ms":{floor},"time":"{}","epoch_ms":{EPOCH_MS},"session":"100000a1b2c0000"}}"#,
+        snowflake_core::format_unix_ms(floor)
+    );
+    zk.create(&format!("{MARKS}/0"), &old, false);
+    runtime().block_on(async {
+        let a = register(&zk, Some(0)).await.expect("registered");
+        assert_eq!(floor_of(&a), floor, "the old mark is the floor");
+        // Claimed: the same mark, with this session as its writer.
+        let claimed = mark_json(&zk, 0);
+        assert_eq!(claimed["high_water_ms"], floor, "{claimed}");
+        assert_eq!(claimed["session"], session_of(&a), "{claimed}");
+        assert_eq!(
+            claimed["time"],
+            snowflake_core::format_unix_ms(floor),
+            "{claimed}"
+        );
+
+        let shown = read_mark(&config(&zk), &Layout::TWITTER, 0)
+            .await
+            .expect("read");
+        assert_eq!(shown.high_water_ms, floor);
+        assert_eq!(shown.location, format!("{MARKS}/0"));
+        let holder = shown.holder.expect("held");
+        assert!(
+            holder.contains(DATA) && holder.contains(&session_of(&a)),
+            "{holder}"
+        );
+
+        a.store_mark(floor + 1000).await.expect("the holder writes");
+        assert_eq!(mark(&zk, 0), floor + 1000);
+        a.release().await;
+        assert_eq!(zk.children(PATH), Vec::<String>::new(), "released");
+    });
+    eprintln!(
+        "zookeeper_marks: old-format test took {:?}",
+        started.elapsed()
+    );
+}
+
+#[test]
+fn claimants_skip_workers_whose_mark_cannot_be_used_and_a_pinned_one_refuses() {
+    let started = Instant::now();
+    let zk = ZooKeeper::start();
+    parents(&zk);
+    zk.create(&format!("{MARKS}/0"), "garbage", false);
+    zk.create(
+        &format!("{MARKS}/1"),
+        r#"{"high_water_ms":1700000000000,"epoch_ms":0,"session":"1"}"#,
+        false,
+    );
+    let last_ms = Layout::TWITTER.max_timestamp_ms();
+    zk.create(
+        &format!("{MARKS}/2"),
+        &format!(r#"{{"high_water_ms":{last_ms},"epoch_ms":{EPOCH_MS},"session":"1"}}"#),
+        false,
+    );
+    runtime().block_on(async {
+        let a = register(&zk, None).await.expect("a usable worker");
+        assert_eq!(a.worker_id(), 3, "0, 1 and 2 skipped");
+        assert_eq!(zk.children(PATH), ["3"], "nothing else registered");
+
+        for (worker, needle) in [
+            (0, "not JSON"),
+            (1, "epoch 0"),
+            (2, "at or past the layout's last millisecond"),
+        ] {
+            let err = register(&zk, Some(worker))
+                .await
+                .expect_err("an unusable mark");
+            let message = err.to_string();
+            assert!(
+                matches!(err, RegisterError::BadMark { worker_id, .. } if worker_id == worker),
+                "{message}"
+            );
+            assert!(
+                message.contains(needle) && message.contains("snowflake state lower-mark"),
+                "{message}"
+            );
+        }
+        assert_eq!(zk.children(PATH), ["3"], "no pinned attempt registered");
+        // The marks are left as they were.
+        assert_eq!(zk.get(&format!("{MARKS}/0")).as_deref(), Some("garbage"));
+        a.release().await;
+    });
+    eprintln!("zookeeper_marks: skip test took {:?}", started.elapsed());
+}
+
+#[test]
+fn lower_mark_is_refused_while_a_node_holds_the_worker_and_lowers_it_afterwards() {
+    let started = Instant::now();
+    let zk = ZooKeeper::start();
+    let config = config(&zk);
+    let layout = Layout::TWITTER;
+    runtime().block_on(async {
+        let a = register(&zk, Some(0)).await.expect("registered");
+        let poisoned = now_ms() + 10 * 86_400_000;
+        a.store_mark(poisoned).await.expect("stored");
+        let to = now_ms();
+
+        let refused = lower_mark(&config, &layout, 0, to, "alice", to)
+            .await
+            .expect_err("held");
+        assert!(
+            refused.contains(&format!(
+                "worker 0 is held by {DATA} (session {}",
+                session_of(&a)
+            )) && refused.contains("stop that node first"),
+            "{refused}"
+        );
+        assert_eq!(mark(&zk, 0), poisoned, "untouched");
+        a.release().await;
+
+        for not_lower in [poisoned, poisoned + 1] {
+            let refused = lower_mark(&config, &layout, 0, not_lower, "alice", to)
+                .await
+                .expect_err("not lower");
+            assert!(refused.contains("is not below it"), "{refused}");
+        }
+        let none = lower_mark(&config, &layout, 5, to, "alice", to)
+            .await
+            .expect_err("no mark");
+        assert!(none.contains("nothing to lower"), "{none}");
+
+        let previous = lower_mark(&config, &layout, 0, to, "alice", to)
+            .await
+            .expect("lowered");
+        assert_eq!(previous.high_water_ms, poisoned);
+        assert_eq!(previous.holder, None);
+        let shown = read_mark(&config, &layout, 0).await.expect("read");
+        assert_eq!(shown.high_water_ms, to);
+        assert_eq!(shown.holder, None, "its own registration is gone");
+        let json: serde_json::Value = serde_json::from_str(&shown.value).expect("JSON");
+        assert_eq!(json["lowered"]["from_ms"], poisoned, "{json}");
+        assert_eq!(json["lowered"]["by"], "alice", "{json}");
+        assert_eq!(zk.children(PATH), Vec::<String>::new());
+
+        // The next holder starts above the lowered mark.
+        let b = register(&zk, Some(0)).await.expect("registered again");
+        assert_eq!(floor_of(&b), to);
+        b.release().await;
+    });
+    eprintln!(
+        "zookeeper_marks: lower-mark test took {:?}",
+        started.elapsed()
+    );
+}
+
+#[test]
+fn a_holder_fences_at_once_when_its_znode_is_deleted_and_registers_again() {
+    let started = Instant::now();
+    let zk = ZooKeeper::start();
+    runtime().block_on(async {
+        let a = Arc::new(register(&zk, Some(0)).await.expect("registered"));
+        let first_session = session_of(&a);
+        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+        let keeper = tokio::spawn({
+            let a = Arc::clone(&a);
+            async move { a.run(stop_rx).await }
+        });
+        let mut fence = a.fence();
+        // Let the keeper take its watch over.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(matches!(*fence.borrow_and_update(), Fence::Held { .. }));
+
+        let zk_ref = &zk;
+        let deleted = tokio::task::block_in_place(|| {
+            zk_ref.cli(&[&format!("delete {PATH}/0")]);
+            Instant::now()
+        });
+        // The session timeout is 6 s (a stat every 2 s): only the watch is this fast. (It may
+        // be held again, by a new session, before the fence is looked at: count the losses.)
+        let lost_after = tokio::time::timeout(Duration::from_secs(1), async {
+            while a.info().losses == 0 {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            deleted.elapsed()
+        })
+        .await
+        .unwrap_or_else(|_| panic!("still held 1 s after {PATH}/0 was deleted"));
+        eprintln!("zookeeper_marks: fenced {lost_after:?} after zkCli returned");
+        // The worker is free: registered again, under a new session, with a new proof.
+        tokio::time::timeout(Duration::from_secs(10), async {
+            while !matches!(*fence.borrow_and_update(), Fence::Held { .. }) {
+                fence.changed().await.expect("the fence");
+            }
+        })
+        .await
+        .expect("held again within 10 s");
+        let second_session = session_of(&a);
+        assert_ne!(second_session, first_session);
+        assert_eq!(mark_json(&zk, 0)["session"], second_session);
+        a.store_mark(now_ms())
+            .await
+            .expect("the new session writes");
+        stop_tx.send(true).expect("stop");
+        keeper.await.expect("the keeper").expect("no error");
+        a.release().await;
+    });
+    eprintln!(
+        "zookeeper_marks: deletion-fence test took {:?}",
+        started.elapsed()
+    );
+}
