@@ -10,6 +10,8 @@ use std::io::{self, BufWriter, Write};
 use std::process::ExitCode;
 use std::sync::Arc;
 
+mod state;
+
 /// The most IDs `snowflake next` prints in one run (about 25 s of output at the layout's limit).
 const MAX_NEXT_COUNT: u64 = 100_000_000;
 
@@ -51,6 +53,10 @@ enum Command {
     /// Run the ID service (HTTP/JSON on 127.0.0.1:8080, gRPC on :50051, Thrift on :7609 by
     /// default) until SIGTERM or SIGINT.
     Serve(Box<ServeArgs>),
+    /// Inspect the persisted high-water marks (`state show`), or lower one a wrong clock left in
+    /// the future (`state lower-mark`).
+    #[command(subcommand)]
+    State(state::StateCommand),
     /// Load-test a running service: requests/s, IDs/s and latency percentiles, every response
     /// checked (loopback by default; bounded by --duration and/or --requests).
     Bench(BenchArgs),
@@ -220,6 +226,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             }
         }
         Command::Serve(_) | Command::Bench(_) => unreachable!("handled in main"),
+        Command::State(command) => state::run(command, cli.layout.epoch_ms.as_deref(), &mut out)?,
         Command::Layout => {
             let bits = layout.bits();
             writeln!(out, "epoch_ms: {}", layout.epoch_ms())?;

@@ -113,7 +113,11 @@ impl Target {
     }
 }
 
-pub fn run(command: StateCommand, epoch_ms: Option<&str>, out: &mut impl Write) -> anyhow::Result<()> {
+pub fn run(
+    command: StateCommand,
+    epoch_ms: Option<&str>,
+    out: &mut impl Write,
+) -> anyhow::Result<()> {
     match command {
         StateCommand::Show(args) => show(&args, epoch_ms, out),
         StateCommand::LowerMark(args) => lower(&args, epoch_ms, out),
@@ -146,16 +150,25 @@ fn local_marks(
     let entries = match std::fs::read_dir(dir) {
         Ok(entries) => entries,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(e).with_context(|| format!("cannot read state directory {}", dir.display())),
+        Err(e) => {
+            return Err(e)
+                .with_context(|| format!("cannot read state directory {}", dir.display()));
+        }
     };
     let mut marks = Vec::new();
     for entry in entries {
-        let entry = entry.with_context(|| format!("cannot read state directory {}", dir.display()))?;
+        let entry =
+            entry.with_context(|| format!("cannot read state directory {}", dir.display()))?;
         let name = entry.file_name().to_string_lossy().into_owned();
-        let Some(ids) = name.strip_prefix("node-").and_then(|n| n.strip_suffix(".json")) else {
+        let Some(ids) = name
+            .strip_prefix("node-")
+            .and_then(|n| n.strip_suffix(".json"))
+        else {
             continue;
         };
-        let Some((d, w)) = ids.split_once('-') else { continue };
+        let Some((d, w)) = ids.split_once('-') else {
+            continue;
+        };
         let (Ok(d), Ok(w)) = (d.parse::<u64>(), w.parse::<u64>()) else {
             continue;
         };
@@ -195,7 +208,13 @@ fn show(args: &ShowArgs, epoch_ms: Option<&str>, out: &mut impl Write) -> anyhow
     }
     writeln!(out, "state directory {}", config.state_dir.display())?;
     if local.is_empty() {
-        writeln!(out, "  no mark{}", pair.map_or(String::new(), |(d, w)| format!(" for datacenter {d} worker {w}")))?;
+        writeln!(
+            out,
+            "  no mark{}",
+            pair.map_or(String::new(), |(d, w)| format!(
+                " for datacenter {d} worker {w}"
+            ))
+        )?;
     }
     for (path, mark) in &local {
         writeln!(
@@ -241,9 +260,10 @@ fn fleet_mark(
         .build()?;
     runtime.block_on(async {
         if let Some(etcd) = &config.etcd {
-            let mark = snowflake_server::etcd::read_mark(etcd, &config.layout, datacenter_id, worker_id)
-                .await
-                .map_err(|e| anyhow!("cannot read the mark in etcd: {e}"))?;
+            let mark =
+                snowflake_server::etcd::read_mark(etcd, &config.layout, datacenter_id, worker_id)
+                    .await
+                    .map_err(|e| anyhow!("cannot read the mark in etcd: {e}"))?;
             return Ok(Some(("etcd", mark)));
         }
         if let Some(zookeeper) = &config.zookeeper {
@@ -296,17 +316,24 @@ fn lower(args: &LowerArgs, epoch_ms: Option<&str>, out: &mut impl Write) -> anyh
     let fleet = runtime.block_on(async {
         if let Some(etcd) = &config.etcd {
             let previous = snowflake_server::etcd::lower_mark(
-                etcd, &layout, datacenter_id, worker_id, to_ms, &by, now_ms,
+                etcd,
+                &layout,
+                datacenter_id,
+                worker_id,
+                to_ms,
+                &by,
+                now_ms,
             )
             .await
             .map_err(|e| anyhow!("etcd: {e}"))?;
             return anyhow::Ok(Some(("etcd", previous)));
         }
         if let Some(zookeeper) = &config.zookeeper {
-            let previous =
-                snowflake_server::zookeeper::lower_mark(zookeeper, &layout, worker_id, to_ms, &by, now_ms)
-                    .await
-                    .map_err(|e| anyhow!("ZooKeeper: {e}"))?;
+            let previous = snowflake_server::zookeeper::lower_mark(
+                zookeeper, &layout, worker_id, to_ms, &by, now_ms,
+            )
+            .await
+            .map_err(|e| anyhow!("ZooKeeper: {e}"))?;
             return anyhow::Ok(Some(("zookeeper", previous)));
         }
         anyhow::Ok(None)
@@ -373,6 +400,9 @@ fn log_lowering(dir: &Path, line: &str) {
             file.sync_all()
         });
     if let Err(err) = appended {
-        eprintln!("warning: cannot append to {}: {err}", dir.join("lower-mark.log").display());
+        eprintln!(
+            "warning: cannot append to {}: {err}",
+            dir.join("lower-mark.log").display()
+        );
     }
 }

@@ -1,0 +1,339 @@
+//! `snowflake state show` and `snowflake state lower-mark` (SPEC §8), run as an operator would:
+//! against a real state directory, a real etcd and a real ZooKeeper.
+
+use crate::etcd_cluster::EtcdCluster;
+use crate::support::{Serve, assert_exit, binary, now_ms, state_file, temp_dir};
+use crate::zookeeper_fleet::zk_node_with_session;
+use crate::zookeeper_server::ZooKeeper;
+use std::path::Path;
+use std::process::{Command, Output};
+use std::time::Duration;
+
+/// 2046: a mark a clock 20 years ahead left behind.
+const POISONED_MS: u64 = 2_426_000_000_000;
+
+fn snowflake(args: &[&str]) -> Output {
+    let output = Command::new(binary())
+        .args(args)
+        .env_remove("SNOWFLAKE_STATE_DIR")
+        .env_remove("SNOWFLAKE_ETCD_ENDPOINTS")
+        .env_remove("SNOWFLAKE_ZOOKEEPER")
+        .env("USER", "test-operator")
+        .env_remove("SUDO_USER")
+        .output()
+        .expect("run snowflake");
+    output
+}
+
+fn stdout(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+fn assert_status(output: &Output, code: i32) {
+    assert_eq!(
+        output.status.code(),
+        Some(code),
+        "stdout:\n{}\nstderr:\n{}",
+        stdout(output),
+        stderr(output)
+    );
+}
+
+/// Writes a state file for datacenter 0 worker 0 with `high_water_ms`, as a node would.
+fn poison_local(dir: &Path, high_water_ms: u64) {
+    std::fs::create_dir_all(dir).unwrap();
+    std::fs::write(
+        dir.join("node-0-0.json"),
+        serde_json::json!({
+            "format": 1, "datacenter_id": 0, "worker_id": 0, "epoch_ms": 1_288_834_974_657_u64,
+            "high_water_ms": high_water_ms, "kind": "reservation",
+            "written_at_ms": high_water_ms - 3000, "pid": 1,
+        })
+        .to_string(),
+    )
+    .unwrap();
+}
+
+#[test]
+fn state_show_prints_the_local_marks_in_text_and_json() {
+    let dir = temp_dir();
+    let state = dir.path().to_str().unwrap();
+    let node = Serve::new(dir.path()).start();
+    assert_eq!(node.get("/v1/id").status, 200);
+    assert_exit(&node.stop_with("TERM"), 0);
+    let mark_ms = state_file(dir.path(), 0, 0)["high_water_ms"]
+        .as_u64()
+        .unwrap();
+
+    let text = snowflake(&["state", "show", "--state-dir", state]);
+    assert_status(&text, 0);
+    let shown = stdout(&text);
+    assert!(shown.contains(&mark_ms.to_string()), "{shown}");
+    assert!(shown.contains("graceful shutdown"), "{shown}");
+
+    let json = snowflake(&["state", "show", "--state-dir", state, "--json"]);
+    assert_status(&json, 0);
+    let value: serde_json::Value = serde_json::from_str(&stdout(&json)).unwrap();
+    assert_eq!(
+        value["local"][0]["high_water_ms"].as_u64(),
+        Some(mark_ms),
+        "{value}"
+    );
+    assert_eq!(value["local"][0]["kind"], "shutdown", "{value}");
+    assert!(value["fleet"].is_null(), "{value}");
+
+    // The fleet's copy needs the pair.
+    let refused = snowflake(&[
+        "state",
+        "show",
+        "--state-dir",
+        state,
+        "--etcd-endpoints",
+        "http://127.0.0.1:1",
+    ]);
+    assert_status(&refused, 1);
+    assert!(
+        stderr(&refused).contains("--datacenter-id and --worker-id"),
+        "{}",
+        stderr(&refused)
+    );
+}
+
+#[test]
+fn state_lower_mark_is_refused_while_a_node_runs_then_lowers_a_poisoned_local_mark() {
+    let dir = temp_dir();
+    let state_dir = dir.path().join("state");
+    let state = state_dir.to_str().unwrap();
+    let now = now_ms().to_string();
+    let lower = |yes: bool| {
+        let mut args = vec![
+            "state",
+            "lower-mark",
+            "--state-dir",
+            state,
+            "--datacenter-id",
+            "0",
+            "--worker-id",
+            "0",
+            "--to",
+            &now,
+        ];
+        if yes {
+            args.push("--yes");
+        }
+        snowflake(&args)
+    };
+
+    // A running node holds the directory's lock.
+    let node = Serve::new(&state_dir).start();
+    assert_eq!(node.get("/v1/id").status, 200);
+    let refused = lower(true);
+    assert_status(&refused, 1);
+    assert!(
+        stderr(&refused).contains("in use by another snowflake process"),
+        "{}",
+        stderr(&refused)
+    );
+    assert_exit(&node.stop_with("TERM"), 0);
+
+    // A mark 20 years ahead: the node would wait for it.
+    poison_local(&state_dir, POISONED_MS);
+    let unconfirmed = lower(false);
+    assert_status(&unconfirmed, 1);
+    assert!(
+        stderr(&unconfirmed).contains("--yes"),
+        "{}",
+        stderr(&unconfirmed)
+    );
+    assert_eq!(
+        state_file(&state_dir, 0, 0)["high_water_ms"].as_u64(),
+        Some(POISONED_MS)
+    );
+
+    let lowered = lower(true);
+    assert_status(&lowered, 0);
+    assert!(
+        stdout(&lowered).contains("lowered the mark from 2426000000000"),
+        "{}",
+        stdout(&lowered)
+    );
+    let mark = state_file(&state_dir, 0, 0);
+    assert_eq!(
+        mark["high_water_ms"].as_u64(),
+        Some(now.parse().unwrap()),
+        "{mark}"
+    );
+    let log = std::fs::read_to_string(state_dir.join("lower-mark.log")).unwrap();
+    assert!(log.contains("by test-operator@"), "{log}");
+
+    // Lowering again to the same time: nothing to do, said so.
+    let again = lower(true);
+    assert_status(&again, 0);
+    assert!(
+        stdout(&again).contains("left as it is"),
+        "{}",
+        stdout(&again)
+    );
+
+    // The node opens at once.
+    let node = Serve::new(&state_dir).start();
+    node.poll("/readyz", Duration::from_secs(5), |r| r.status == 200);
+    assert_exit(&node.stop_with("TERM"), 0);
+}
+
+#[test]
+fn state_tools_read_and_lower_the_etcd_copy_only_while_nobody_holds_the_pair() {
+    let etcd = EtcdCluster::start(1);
+    let dir = temp_dir();
+    let node_dir = dir.path().join("node");
+    let state = node_dir.to_str().unwrap();
+    let endpoints = etcd.endpoints();
+    let fleet = |extra: &[&str]| {
+        let mut args = vec!["state"];
+        args.extend_from_slice(extra);
+        args.extend_from_slice(&[
+            "--state-dir",
+            state,
+            "--etcd-endpoints",
+            &endpoints,
+            "--datacenter-id",
+            "2",
+            "--worker-id",
+            "5",
+        ]);
+        snowflake(&args)
+    };
+    let poisoned = serde_json::json!({
+        "high_water_ms": POISONED_MS, "epoch_ms": 1_288_834_974_657_u64, "lease": "1",
+    })
+    .to_string();
+    let put = etcd.etcdctl(&["put", "/snowflake/marks/2/5", &poisoned]);
+    assert!(put.status.success(), "{put:?}");
+
+    let shown = fleet(&["show", "--json"]);
+    assert_status(&shown, 0);
+    let value: serde_json::Value = serde_json::from_str(&stdout(&shown)).unwrap();
+    assert_eq!(
+        value["fleet"]["high_water_ms"].as_u64(),
+        Some(POISONED_MS),
+        "{value}"
+    );
+    assert_eq!(value["fleet"]["service"], "etcd");
+    assert!(value["fleet"]["holder"].is_null(), "{value}");
+
+    // A node pinned to the pair waits for the poisoned mark; while it holds the pair, the
+    // fleet's copy cannot be lowered.
+    let node = Serve::new(&node_dir)
+        .args(["--etcd-endpoints", &endpoints, "--lease-ttl-secs", "3"])
+        .args(["--datacenter-id", "2", "--worker-id", "5"])
+        .start();
+    let waiting = node.get("/v1/id");
+    assert_eq!(waiting.status, 503, "{waiting:?}");
+    let now = now_ms().to_string();
+    // From the node's own state directory the lock refuses; from elsewhere, the holder does.
+    let refused = fleet(&["lower-mark", "--to", &now, "--yes"]);
+    assert_status(&refused, 1);
+    assert!(
+        stderr(&refused).contains("in use by another snowflake process"),
+        "{}",
+        stderr(&refused)
+    );
+    let elsewhere = temp_dir();
+    let refused = snowflake(&[
+        "state",
+        "lower-mark",
+        "--to",
+        &now,
+        "--yes",
+        "--state-dir",
+        elsewhere.path().to_str().unwrap(),
+        "--etcd-endpoints",
+        &endpoints,
+        "--datacenter-id",
+        "2",
+        "--worker-id",
+        "5",
+    ]);
+    assert_status(&refused, 1);
+    let message = stderr(&refused);
+    assert!(
+        message.contains("etcd") && message.contains("held"),
+        "{message}"
+    );
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(&etcd.get("/snowflake/marks/2/5").unwrap())
+            .unwrap()["high_water_ms"]
+            .as_u64(),
+        Some(POISONED_MS)
+    );
+    assert_exit(&node.stop_with("TERM"), 0);
+
+    // The node's graceful stop left the poisoned floor in its own state directory too: both
+    // copies are lowered.
+    let lowered = fleet(&["lower-mark", "--to", &now, "--yes"]);
+    assert_status(&lowered, 0);
+    let said = stdout(&lowered);
+    assert!(
+        said.contains("etcd /snowflake/marks/2/5: lowered the mark from 2426000000000"),
+        "{said}"
+    );
+    assert!(said.contains("local "), "{said}");
+    let text = etcd.get("/snowflake/marks/2/5").unwrap();
+    let mark: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(
+        mark["high_water_ms"].as_u64(),
+        Some(now.parse().unwrap()),
+        "{mark}"
+    );
+    assert!(
+        mark["lowered"]["by"]
+            .as_str()
+            .unwrap()
+            .starts_with("test-operator@"),
+        "{mark}"
+    );
+
+    // The pair opens again at once.
+    let node = Serve::new(&node_dir)
+        .args(["--etcd-endpoints", &endpoints, "--lease-ttl-secs", "3"])
+        .args(["--datacenter-id", "2", "--worker-id", "5"])
+        .start();
+    node.poll("/readyz", Duration::from_secs(10), |r| r.status == 200);
+    assert_exit(&node.stop_with("TERM"), 0);
+}
+
+#[test]
+fn state_show_reads_the_zookeeper_copy_with_its_holder() {
+    let zk = ZooKeeper::start();
+    let dir = temp_dir();
+    let node = zk_node_with_session(&zk, &dir.path().join("node"), 6000)
+        .args(["--worker-id", "4"])
+        .start();
+    assert_eq!(node.get("/v1/id").status, 200);
+    let shown = snowflake(&[
+        "state",
+        "show",
+        "--json",
+        "--state-dir",
+        dir.path().to_str().unwrap(),
+        "--zookeeper",
+        &zk.connect_string(),
+        "--datacenter-id",
+        "0",
+        "--worker-id",
+        "4",
+    ]);
+    assert_status(&shown, 0);
+    let value: serde_json::Value = serde_json::from_str(&stdout(&shown)).unwrap();
+    assert_eq!(value["fleet"]["service"], "zookeeper", "{value}");
+    assert!(
+        value["fleet"]["high_water_ms"].as_u64().unwrap() > 0,
+        "{value}"
+    );
+    assert!(value["fleet"]["holder"].is_string(), "{value}");
+    assert_exit(&node.stop_with("TERM"), 0);
+}
