@@ -13,7 +13,7 @@ use std::time::Duration;
 const POISONED_MS: u64 = 2_426_000_000_000;
 
 fn snowflake(args: &[&str]) -> Output {
-    let output = Command::new(binary())
+    Command::new(binary())
         .args(args)
         .env_remove("SNOWFLAKE_STATE_DIR")
         .env_remove("SNOWFLAKE_ETCD_ENDPOINTS")
@@ -21,8 +21,7 @@ fn snowflake(args: &[&str]) -> Output {
         .env("USER", "test-operator")
         .env_remove("SUDO_USER")
         .output()
-        .expect("run snowflake");
-    output
+        .expect("run snowflake")
 }
 
 fn stdout(output: &Output) -> String {
