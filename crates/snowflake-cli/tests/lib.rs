@@ -8,6 +8,7 @@ mod etcd_cluster;
 mod etcd_mark;
 mod fleet;
 mod serve;
+mod stalled_disk;
 mod state_tool;
 mod support;
 mod zookeeper_fleet;

@@ -642,8 +642,14 @@ impl Node {
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
-                _ = tick.tick() => self.tick().await,
+                _ = tick.tick() => {}
                 // The only change ever sent is `true`; a dropped sender means stop too.
+                _ = shutdown.changed() => return,
+            }
+            // A reservation stuck on a stalled filesystem must not hold the shutdown up: it is
+            // dropped (its blocking write goes on, and the final write waits for it, bounded).
+            tokio::select! {
+                () = self.tick() => {}
                 _ = shutdown.changed() => return,
             }
         }
