@@ -64,7 +64,9 @@ pub struct ServeArgs {
     #[arg(long, env = "SNOWFLAKE_STATE_DIR", value_name = "DIR")]
     pub state_dir: Option<PathBuf>,
 
-    /// Largest number of IDs one request may ask for, 1..=10000000 [default: 100000].
+    /// Largest number of IDs one request may ask for, 1..=1000000 [default: 100000]. A million
+    /// IDs is a quarter of a second of one node's sequence space (4,096 per ms), issued a
+    /// millisecond's worth at a time within --request-timeout-ms.
     #[arg(
         long,
         env = "SNOWFLAKE_MAX_BATCH",
@@ -619,7 +621,7 @@ impl Config {
             "max-batch",
             "max_batch",
             1,
-            10_000_000,
+            1_000_000,
         )? {
             config.max_batch = n;
         }

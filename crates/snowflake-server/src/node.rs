@@ -414,7 +414,37 @@ impl Node {
     /// Issues `count` IDs (already checked against `max_batch`), as runs of consecutive IDs in
     /// increasing order. A clock regression within `--max-backwards-wait-ms` is waited out
     /// without blocking a thread; anything else that stops the generator is explained.
+    ///
+    /// A count above one millisecond's worth is issued a millisecond's worth at a time,
+    /// yielding the thread in between and within the request timeout: a maximum batch (a
+    /// quarter of a second of the layout's sequence space) never holds a runtime thread, or the
+    /// requests queued behind it, for longer than one millisecond's worth.
     pub async fn issue(&self, protocol: Protocol, count: u64) -> Result<Vec<IdBatch>, IssueError> {
+        let per_ms = self.layout.max_ids_per_ms();
+        if count <= per_ms {
+            return self.issue_within_ms(protocol, count).await;
+        }
+        let deadline = Instant::now() + self.request_timeout;
+        let mut batches = Vec::with_capacity(usize::try_from(count / per_ms + 2).unwrap_or(2));
+        let mut left = count;
+        while left > 0 {
+            if Instant::now() >= deadline {
+                return Err(self.timed_out());
+            }
+            let chunk = self.issue_within_ms(protocol, left.min(per_ms)).await?;
+            left -= chunk.iter().map(IdBatch::len).sum::<u64>();
+            batches.extend(chunk);
+            tokio::task::yield_now().await;
+        }
+        Ok(batches)
+    }
+
+    /// [`Node::issue`] for at most one millisecond's worth of IDs.
+    async fn issue_within_ms(
+        &self,
+        protocol: Protocol,
+        count: u64,
+    ) -> Result<Vec<IdBatch>, IssueError> {
         let mut waited_ms = 0;
         let mut reservations = 0;
         // Set on the first slow path, so the fast path never touches a timer.

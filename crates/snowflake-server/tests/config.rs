@@ -115,14 +115,14 @@ fn bad_values_name_the_setting_the_value_and_the_range() {
                 max_batch: Some("0".into()),
                 ..ServeArgs::default()
             },
-            "invalid --max-batch (or SNOWFLAKE_MAX_BATCH): expected 1..=10000000, found 0",
+            "invalid --max-batch (or SNOWFLAKE_MAX_BATCH): expected 1..=1000000, found 0",
         ),
         (
             ServeArgs {
                 max_batch: Some("lots".into()),
                 ..ServeArgs::default()
             },
-            "invalid --max-batch (or SNOWFLAKE_MAX_BATCH): expected a whole number in 1..=10000000, found \"lots\"",
+            "invalid --max-batch (or SNOWFLAKE_MAX_BATCH): expected a whole number in 1..=1000000, found \"lots\"",
         ),
         (
             ServeArgs {
@@ -928,4 +928,94 @@ fn worker_ids_from_the_config_files_host_map() {
             "{contents:?}: {message:?} lacks {needle:?}"
         );
     }
+}
+
+/// A sign or a fraction is not a whole number, from a flag or from the file (TOML floats such
+/// as `3.0` or `1e5` used to pass as integers).
+#[test]
+fn signs_and_floats_are_not_whole_numbers() {
+    assert_refused(&[
+        (
+            ServeArgs {
+                reserve_ms: Some("+500".into()),
+                ..ServeArgs::default()
+            },
+            "invalid --reserve-ms (or SNOWFLAKE_RESERVE_MS): expected a whole number in 100..=60000, found \"+500\"",
+        ),
+        (
+            ServeArgs {
+                worker_id: Some("+3".into()),
+                ..ServeArgs::default()
+            },
+            "invalid --worker-id (or SNOWFLAKE_WORKER_ID): invalid worker id",
+        ),
+    ]);
+    for (contents, needle) in [
+        ("worker_id = 3.0\n", "invalid worker_id in"),
+        ("max_batch = 1e5\n", "invalid max_batch in"),
+        ("reserve_ms = 500.5\n", "invalid reserve_ms in"),
+    ] {
+        let config = file(contents);
+        let got = err(&ServeArgs {
+            config: Some(config.path().to_owned()),
+            ..ServeArgs::default()
+        });
+        assert!(got.contains(needle), "{contents:?}: {got}");
+        assert!(
+            got.contains("found \""),
+            "{contents:?}: the float is shown: {got}"
+        );
+    }
+}
+
+#[test]
+fn the_clock_step_settings_have_defaults_and_ranges() {
+    let config = Config::resolve(&ServeArgs::default(), None).unwrap();
+    assert_eq!(config.max_clock_step_ms, 1000);
+    assert_eq!(config.clock_step_trust, Duration::from_secs(10));
+    let config = Config::resolve(
+        &ServeArgs {
+            max_clock_step_ms: Some("250".into()),
+            clock_step_trust_secs: Some("30".into()),
+            ..ServeArgs::default()
+        },
+        None,
+    )
+    .unwrap();
+    assert_eq!(config.max_clock_step_ms, 250);
+    assert_eq!(config.clock_step_trust, Duration::from_secs(30));
+    assert_refused(&[
+        (
+            ServeArgs {
+                max_clock_step_ms: Some("0".into()),
+                ..ServeArgs::default()
+            },
+            "invalid --max-clock-step-ms (or SNOWFLAKE_MAX_CLOCK_STEP_MS): expected 1..=3600000, found 0",
+        ),
+        (
+            ServeArgs {
+                clock_step_trust_secs: Some("3601".into()),
+                ..ServeArgs::default()
+            },
+            "invalid --clock-step-trust-secs (or SNOWFLAKE_CLOCK_STEP_TRUST_SECS): expected 1..=3600, found 3601",
+        ),
+        (
+            ServeArgs {
+                max_batch: Some("1000001".into()),
+                ..ServeArgs::default()
+            },
+            "invalid --max-batch (or SNOWFLAKE_MAX_BATCH): expected 1..=1000000, found 1000001",
+        ),
+    ]);
+    let from_file = file("max_clock_step_ms = 5000\nclock_step_trust_secs = 2\n");
+    let config = Config::resolve(
+        &ServeArgs {
+            config: Some(from_file.path().to_owned()),
+            ..ServeArgs::default()
+        },
+        None,
+    )
+    .unwrap();
+    assert_eq!(config.max_clock_step_ms, 5000);
+    assert_eq!(config.clock_step_trust, Duration::from_secs(2));
 }
