@@ -145,9 +145,11 @@ pub async fn run(
         tracing::warn!("shutting down before the node opened");
         let stored = node.shutdown().await;
         if let Some(coordinator) = node.coordinator() {
-            coordinator.release().await;
+            // The keep-alive loop stops first: running beside the release, it would take a
+            // revoked lease for an expired one and claim the pair again.
             let _ = lease_stop_tx.send(true);
             while lease.join_next().await.is_some() {}
+            coordinator.release().await;
         }
         return stored.map(drop).map_err(RunError::from);
     }
@@ -189,11 +191,12 @@ pub async fn run(
     if let Some(coordinator) = node.coordinator() {
         // Only after the final mark is stored. Even if that failed, every reservation was
         // recorded in the coordination service before use, so the successor stays above it.
+        // The keep-alive loop stops before the release (see above).
+        let _ = lease_stop_tx.send(true);
+        while lease.join_next().await.is_some() {}
         if lost.is_none() {
             coordinator.release().await;
         }
-        let _ = lease_stop_tx.send(true);
-        while lease.join_next().await.is_some() {}
     }
     match lost {
         Some(reason) => Err(RunError::Fleet(reason)),

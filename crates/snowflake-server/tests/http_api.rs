@@ -332,6 +332,7 @@ async fn a_forward_clock_step_is_refused_until_it_held_then_only_leaves_a_gap() 
     server.clock.advance_ms(600);
     assert_eq!(server.get("/v1/id").await.status, StatusCode::OK);
     server.clock.set_ms(T + 10_000);
+    let stepped_at = std::time::Instant::now();
     let refused = server.get("/v1/id").await;
     assert_eq!(
         refused.status,
@@ -363,10 +364,27 @@ async fn a_forward_clock_step_is_refused_until_it_held_then_only_leaves_a_gap() 
         mark["high_water_ms"].as_u64().unwrap() < T + 5_000,
         "{mark}"
     );
-    // Held for the trust time (real time passes; the manual clock stays stepped): trusted.
+    // Held for the trust time: the stepped clock keeps pace with real time (a clock that
+    // stood still meanwhile would be a step that keeps moving, watched again from each move).
+    let keep_pace = || {
+        let elapsed = u64::try_from(stepped_at.elapsed().as_millis()).unwrap();
+        server.clock.set_ms(T + 10_000 + elapsed);
+    };
     tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
-    server.clock.advance_ms(1100);
-    server.wait_ready().await;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        keep_pace();
+        if server.get("/readyz").await.status == StatusCode::OK {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not ready 10 s after the step held: {:?}",
+            server.get("/readyz").await
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    keep_pace();
     let after = id_of(&server.get("/v1/id").await);
     assert!(after > before);
     assert!((after >> 22) + 1_288_834_974_657 >= T + 10_000);
