@@ -391,6 +391,8 @@ impl<C> Generator<C> {
 
 /// Why a reservation attempt did not produce IDs.
 enum Refusal {
+    /// (Only when asked not to wait.) The current millisecond has no more IDs to give.
+    Full,
     Backwards {
         behind_ms: u64,
         last_ms: u64,
@@ -423,9 +425,10 @@ impl<C: Clock> Generator<C> {
         let max = self.check_batch_size(max)?;
         let mut waited_ms = 0u64;
         loop {
-            match self.reserve(max) {
+            match self.reserve(max, 0, true) {
                 Ok(batch) => return Ok(batch),
                 Err(Refusal::Other(e)) => return Err(e),
+                Err(Refusal::Full) => unreachable!("reserve waits when asked to"),
                 Err(Refusal::Backwards {
                     behind_ms,
                     last_ms,
@@ -446,8 +449,30 @@ impl<C: Clock> Generator<C> {
     /// Like [`Generator::next_batch`], but refuses every clock regression at once.
     pub fn try_next_batch(&self, max: u64) -> Result<IdBatch, Error> {
         let max = self.check_batch_size(max)?;
-        match self.reserve(max) {
+        match self.reserve(max, 0, true) {
             Ok(batch) => Ok(batch),
+            Err(Refusal::Other(e)) => Err(e),
+            Err(Refusal::Full) => unreachable!("reserve waits when asked to"),
+            Err(Refusal::Backwards {
+                behind_ms,
+                last_ms,
+                now_ms,
+            }) => Err(self.refuse(behind_ms, last_ms, now_ms)),
+        }
+    }
+
+    /// Takes up to `max` IDs of the current millisecond while leaving at least `leave` of its
+    /// sequences to other callers, and never waits: `Ok(None)` when no more than `leave` are left
+    /// (the caller tries again in the next millisecond). A bulk issuer calls this so that a
+    /// large request cannot starve small ones: `leave` is what every millisecond keeps for them.
+    /// `max` must be in `1..=`[`Layout::max_ids_per_ms`]; `leave` is capped one below that.
+    /// Clock regressions are refused at once, as in [`Generator::try_next_batch`].
+    pub fn try_take_batch(&self, max: u64, leave: u64) -> Result<Option<IdBatch>, Error> {
+        let max = self.check_batch_size(max)?;
+        let leave = leave.min(self.layout.max_ids_per_ms() - 1);
+        match self.reserve(max, leave, false) {
+            Ok(batch) => Ok(Some(batch)),
+            Err(Refusal::Full) => Ok(None),
             Err(Refusal::Other(e)) => Err(e),
             Err(Refusal::Backwards {
                 behind_ms,
@@ -528,9 +553,11 @@ impl<C: Clock> Generator<C> {
     }
 
     /// One attempt to reserve up to `max` IDs (1 ≤ max ≤ ids per ms); the heart of the
-    /// generator (see the module docs).
+    /// generator (see the module docs). `leave` sequences of the millisecond stay for others
+    /// (`leave < ids per ms`); with `wait` false, a millisecond that has no more to give is
+    /// [`Refusal::Full`] instead of a spin to the next one.
     #[inline]
-    fn reserve(&self, max: u64) -> Result<IdBatch, Refusal> {
+    fn reserve(&self, max: u64, leave: u64, wait: bool) -> Result<IdBatch, Refusal> {
         let shift = self.sequence_bits;
         let mut next = self.next.0.load(Ordering::Acquire);
         let mut now_ms = self.clock.now_ms();
@@ -561,6 +588,9 @@ impl<C: Clock> Generator<C> {
                         now_ms,
                     });
                 }
+                if !wait {
+                    return Err(Refusal::Full);
+                }
                 // This millisecond's sequence is used up: wait for the clock to move on.
                 self.exhaustion_waits.fetch_add(1, Ordering::Relaxed);
                 now_ms = self.wait_for_change(now_ms);
@@ -569,7 +599,11 @@ impl<C: Clock> Generator<C> {
                 continue;
             }
             let room = ((now_offset + 1) << shift) - candidate;
-            let take = max.min(room);
+            if room <= leave {
+                // (Only bulk callers leave anything, and they never wait.)
+                return Err(Refusal::Full);
+            }
+            let take = max.min(room - leave);
             match self.next.0.compare_exchange_weak(
                 next,
                 candidate + take,

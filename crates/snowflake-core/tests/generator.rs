@@ -314,6 +314,50 @@ fn batches_are_consecutive_and_stay_in_one_millisecond() {
 }
 
 #[test]
+fn a_bulk_take_leaves_its_share_of_each_millisecond_and_never_waits() {
+    let clock = ManualClock::new(T);
+    let generator = manual(0, 0, &clock);
+    // 4096 - 1024 may be taken in bulk; the last 1024 stay for others.
+    let bulk = generator.try_take_batch(4096, 1024).unwrap().unwrap();
+    assert_eq!((bulk.len(), bulk.first().sequence()), (3072, 0));
+    assert!(generator.try_take_batch(1, 1024).unwrap().is_none());
+    // Another caller still gets the rest, right away.
+    let single = generator.try_next_id().unwrap();
+    assert_eq!((single.timestamp_ms(), single.sequence()), (T, 3072));
+    let rest = generator.try_next_batch(4096).unwrap();
+    assert_eq!((rest.len(), rest.last().sequence()), (1023, 4095));
+    // A used-up millisecond is not waited out (a ManualClock would never move on).
+    assert!(generator.try_take_batch(4096, 0).unwrap().is_none());
+    clock.advance_ms(1);
+    let next = generator.try_take_batch(100, 1024).unwrap().unwrap();
+    assert_eq!((next.first().timestamp_ms(), next.len()), (T + 1, 100));
+    // With nothing to leave, the whole millisecond may be taken; `leave` is capped below it.
+    assert_eq!(
+        generator.try_take_batch(4096, 0).unwrap().unwrap().len(),
+        3996
+    );
+    clock.advance_ms(1);
+    assert_eq!(
+        generator
+            .try_take_batch(4096, 10_000)
+            .unwrap()
+            .unwrap()
+            .len(),
+        1
+    );
+    assert_eq!(
+        generator.try_take_batch(0, 0).unwrap_err().to_string(),
+        "invalid count: expected 1..=4096, found 0"
+    );
+    // A clock that went back is refused, as by try_next_batch.
+    clock.set_ms(T);
+    assert!(matches!(
+        generator.try_take_batch(1, 0),
+        Err(Error::ClockMovedBackwards { .. })
+    ));
+}
+
+#[test]
 fn batch_sizes_are_checked() {
     let generator = Generator::new(0, 0).unwrap();
     assert_eq!(

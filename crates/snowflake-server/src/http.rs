@@ -216,13 +216,22 @@ async fn next_ids(node: &Node, query: Option<&str>) -> Response {
             let mut body = Vec::with_capacity(capacity);
             body.extend_from_slice(b"{\"ids\":[");
             let mut buf = itoa::Buffer::new();
-            for (i, id) in batches.into_iter().flatten().enumerate() {
-                if i > 0 {
-                    body.push(b',');
+            let mut first = true;
+            for batch in batches {
+                for id in batch {
+                    if !first {
+                        body.push(b',');
+                    }
+                    first = false;
+                    body.push(b'"');
+                    body.extend_from_slice(buf.format(id.as_u64()).as_bytes());
+                    body.push(b'"');
                 }
-                body.push(b'"');
-                body.extend_from_slice(buf.format(id.as_u64()).as_bytes());
-                body.push(b'"');
+                // A large body is written a millisecond's worth at a time, the thread yielded
+                // in between: the requests queued behind it are not held up for its whole length.
+                if count > node.layout().max_ids_per_ms() {
+                    tokio::task::yield_now().await;
+                }
             }
             body.extend_from_slice(b"]}");
             json(StatusCode::OK, body)

@@ -54,6 +54,11 @@ pub enum IssueError {
 /// How many on-demand reservations one request may wait for before it is refused.
 const MAX_RESERVATIONS_PER_REQUEST: u32 = 3;
 
+/// A request for more than one millisecond's worth of IDs takes at most this share of each
+/// millisecond's sequence space, as 1/`BULK_LEAVES_ONE_IN`: the rest stays for other requests,
+/// so that maximum batches back to back do not make single IDs wait for the next millisecond.
+const BULK_LEAVES_ONE_IN: u64 = 4;
+
 /// Why [`Node::issue_now`] issued nothing.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum NotNow {
@@ -415,15 +420,19 @@ impl Node {
     /// increasing order. A clock regression within `--max-backwards-wait-ms` is waited out
     /// without blocking a thread; anything else that stops the generator is explained.
     ///
-    /// A count above one millisecond's worth is issued a millisecond's worth at a time,
-    /// yielding the thread in between and within the request timeout: a maximum batch (a
-    /// quarter of a second of the layout's sequence space) never holds a runtime thread, or the
-    /// requests queued behind it, for longer than one millisecond's worth.
+    /// A count above one millisecond's worth is issued in bulk: at most three quarters of each
+    /// millisecond's sequence space, yielding the thread in between and within the request
+    /// timeout. A maximum batch (a quarter of a second of the layout's sequence space at full
+    /// speed) never holds a runtime thread, never spins on one for the next millisecond, and
+    /// leaves a quarter of every millisecond to the requests that arrive meanwhile.
     pub async fn issue(&self, protocol: Protocol, count: u64) -> Result<Vec<IdBatch>, IssueError> {
         let per_ms = self.layout.max_ids_per_ms();
         if count <= per_ms {
-            return self.issue_within_ms(protocol, count).await;
+            return self.issue_within_ms(protocol, count, None).await;
         }
+        // In bulk: a part of each millisecond at a time (see `BULK_LEAVES_ONE_IN`), the thread
+        // yielded in between, all within the request timeout.
+        let leave = per_ms / BULK_LEAVES_ONE_IN;
         let deadline = Instant::now() + self.request_timeout;
         let mut batches = Vec::with_capacity(usize::try_from(count / per_ms + 2).unwrap_or(2));
         let mut left = count;
@@ -431,7 +440,9 @@ impl Node {
             if Instant::now() >= deadline {
                 return Err(self.timed_out());
             }
-            let chunk = self.issue_within_ms(protocol, left.min(per_ms)).await?;
+            let chunk = self
+                .issue_within_ms(protocol, left.min(per_ms), Some(leave))
+                .await?;
             left -= chunk.iter().map(IdBatch::len).sum::<u64>();
             batches.extend(chunk);
             tokio::task::yield_now().await;
@@ -439,18 +450,37 @@ impl Node {
         Ok(batches)
     }
 
-    /// [`Node::issue`] for at most one millisecond's worth of IDs.
+    /// [`Node::issue`] for at most one millisecond's worth of IDs; in bulk (`leave` given), at
+    /// most what one millisecond has beyond `leave`, waiting (yielding) for the next
+    /// millisecond when it has no more.
     async fn issue_within_ms(
         &self,
         protocol: Protocol,
         count: u64,
+        leave: Option<u64>,
     ) -> Result<Vec<IdBatch>, IssueError> {
         let mut waited_ms = 0;
         let mut reservations = 0;
         // Set on the first slow path, so the fast path never touches a timer.
         let mut deadline = None;
         loop {
-            match self.issue_now(protocol, count, waited_ms) {
+            let issued = match leave {
+                None => self.issue_now(protocol, count, waited_ms),
+                Some(leave) => self.take_now(protocol, count, leave, waited_ms),
+            };
+            match issued {
+                // (Only in bulk: this millisecond has nothing more to give.)
+                Ok(batches) if batches.is_empty() => {
+                    let deadline =
+                        *deadline.get_or_insert_with(|| Instant::now() + self.request_timeout);
+                    let seen_ms = self.clock.now_ms();
+                    while self.clock.now_ms() == seen_ms {
+                        if Instant::now() >= deadline {
+                            return Err(self.timed_out());
+                        }
+                        tokio::task::yield_now().await;
+                    }
+                }
                 Ok(batches) => return Ok(batches),
                 Err(NotNow::Refused(err)) => return Err(err),
                 Err(NotNow::Wait { ms }) => {
@@ -544,36 +574,62 @@ impl Node {
                     left -= batch.len();
                     batches.push(batch);
                 }
-                Err(CoreError::ClockMovedBackwards { behind_ms, .. })
-                    if waited_ms + behind_ms <= self.max_backwards_wait_ms =>
-                {
-                    self.metrics.clock_backwards_waits.inc();
-                    return Err(NotNow::Wait { ms: behind_ms });
-                }
-                Err(CoreError::PastIssueLimit { now_ms, .. }) => {
-                    if self.shared.status().clock_step.is_some()
-                        && let Reading::Stepped(step) = self.check_trust()
-                    {
-                        return Err(NotNow::Refused(stepped(&step)));
-                    }
-                    let status = self.shared.status();
-                    if now_ms > status.fence_limit_ms {
-                        return Err(NotNow::Refused(fenced(&fence_reason(&status))));
-                    }
-                    if status.phase == Phase::Ready {
-                        return Err(NotNow::Reserve);
-                    }
-                    drop(status);
-                    return Err(NotNow::Refused(self.refusal(CoreError::PastIssueLimit {
-                        now_ms,
-                        limit_ms: self.shared.generator.issue_limit_ms(),
-                    })));
-                }
-                Err(err) => return Err(NotNow::Refused(self.refusal(err))),
+                Err(err) => return Err(self.not_now(err, waited_ms)),
             }
         }
         self.metrics.ids_issued(protocol, count);
         Ok(batches)
+    }
+
+    /// In bulk: up to `count` (at most one millisecond's worth) of what the current millisecond
+    /// has beyond `leave`, without waiting; none (an empty list) when it has no more.
+    fn take_now(
+        &self,
+        protocol: Protocol,
+        count: u64,
+        leave: u64,
+        waited_ms: u64,
+    ) -> Result<Vec<IdBatch>, NotNow> {
+        match self.shared.generator.try_take_batch(count, leave) {
+            Ok(Some(batch)) => {
+                self.metrics.ids_issued(protocol, batch.len());
+                Ok(vec![batch])
+            }
+            Ok(None) => Ok(Vec::new()),
+            Err(err) => Err(self.not_now(err, waited_ms)),
+        }
+    }
+
+    /// What to do about the generator's refusal `err`, after waiting `waited_ms` already.
+    fn not_now(&self, err: CoreError, waited_ms: u64) -> NotNow {
+        match err {
+            CoreError::ClockMovedBackwards { behind_ms, .. }
+                if waited_ms + behind_ms <= self.max_backwards_wait_ms =>
+            {
+                self.metrics.clock_backwards_waits.inc();
+                NotNow::Wait { ms: behind_ms }
+            }
+            CoreError::PastIssueLimit { now_ms, .. } => {
+                if self.shared.status().clock_step.is_some()
+                    && let Reading::Stepped(step) = self.check_trust()
+                {
+                    return NotNow::Refused(stepped(&step));
+                }
+                let status = self.shared.status();
+                if now_ms > status.fence_limit_ms {
+                    return NotNow::Refused(fenced(&fence_reason(&status)));
+                }
+                if status.phase == Phase::Ready {
+                    return NotNow::Reserve;
+                }
+                drop(status);
+                NotNow::Refused(self.refusal(CoreError::PastIssueLimit {
+                    now_ms,
+                    limit_ms: self.shared.generator.issue_limit_ms(),
+                }))
+            }
+            err => NotNow::Refused(self.refusal(err)),
+        }
     }
 
     /// How long one request may wait for the clock or for a reservation.

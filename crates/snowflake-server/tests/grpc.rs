@@ -692,7 +692,9 @@ async fn raw_next_id(server: &TestServer, headers: &[(&str, &str)], body: Vec<u8
     let (response, mut send) = client
         .send_request(request.body(()).unwrap(), false)
         .unwrap();
-    send.send_data(body.into(), true).unwrap();
+    // The server may answer from the headers alone (an unsupported grpc-encoding) and end the
+    // stream before the body is sent: the send then fails, and the answer is still there.
+    let _ = send.send_data(body.into(), true);
     let response = response.await.unwrap();
     assert_eq!(response.status(), 200);
     let (parts, mut recv) = response.into_parts();

@@ -392,6 +392,47 @@ async fn a_forward_clock_step_is_refused_until_it_held_then_only_leaves_a_gap() 
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_batch_leaves_a_quarter_of_each_millisecond_to_single_ids() {
+    let (server, _dir) = server().await;
+    // 10,000 IDs need four milliseconds at 3072 a millisecond; the clock stands still at T.
+    let addr = server.addr;
+    let bulk =
+        tokio::spawn(async move { crate::support::get(addr, "/v1/ids?count=10000", &[]).await });
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    assert!(!bulk.is_finished());
+    // A single ID is still issued in this millisecond, at once, beside the waiting batch.
+    let single = tokio::time::timeout(std::time::Duration::from_secs(2), server.get("/v1/id"))
+        .await
+        .expect("a single ID waited behind the batch");
+    let single = id_of(&single);
+    assert_eq!((single >> 22) + 1_288_834_974_657, T);
+    for _ in 0..3 {
+        server.clock.advance_ms(1);
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let reply = tokio::time::timeout(std::time::Duration::from_secs(5), bulk)
+        .await
+        .expect("the batch finished")
+        .unwrap();
+    assert_eq!(reply.status, StatusCode::OK, "{reply:?}");
+    let ids: Vec<u64> = reply.json()["ids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|id| id.as_str().unwrap().parse().unwrap())
+        .collect();
+    assert_eq!(ids.len(), 10_000);
+    assert!(ids.windows(2).all(|w| w[0] < w[1]));
+    assert!(!ids.contains(&single));
+    let mut per_ms = std::collections::BTreeMap::<u64, u64>::new();
+    for id in &ids {
+        *per_ms.entry(id >> 22).or_default() += 1;
+    }
+    assert!(per_ms.values().all(|&n| n <= 3072), "{per_ms:?}");
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn info_and_metrics_agree_with_readiness_while_the_clock_is_behind() {
     let (server, _dir) = server().await;
     server.get("/v1/id").await;
