@@ -10,6 +10,7 @@ use std::io::{self, BufWriter, Write};
 use std::process::ExitCode;
 use std::sync::Arc;
 
+mod audit;
 mod state;
 
 /// The most IDs `snowflake next` prints in one run (about 25 s of output at the layout's limit).
@@ -57,6 +58,9 @@ enum Command {
     /// the future (`state lower-mark`).
     #[command(subcommand)]
     State(state::StateCommand),
+    /// Check IDs for duplicates, invalid lines and future dates (files or stdin, decimal or
+    /// JSON lines), in bounded memory: exit 0 when clean, 1 when not, 2 on usage errors.
+    Audit(audit::AuditArgs),
     /// Load-test a running service: requests/s, IDs/s and latency percentiles, every response
     /// checked (loopback by default; bounded by --duration and/or --requests).
     Bench(BenchArgs),
@@ -125,6 +129,15 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Serve(args) => return serve(&args, cli.layout.epoch_ms.as_deref()),
         Command::Bench(args) => return snowflake_loadgen::run_cli(args),
+        Command::Audit(args) => {
+            return match layout(&cli.layout) {
+                Ok(layout) => audit::run(&args, layout),
+                Err(err) => {
+                    eprintln!("error: {err}");
+                    ExitCode::from(2)
+                }
+            };
+        }
         _ => {}
     }
     match run(cli) {
@@ -225,7 +238,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 left -= batch.len();
             }
         }
-        Command::Serve(_) | Command::Bench(_) => unreachable!("handled in main"),
+        Command::Serve(_) | Command::Bench(_) | Command::Audit(_) => {
+            unreachable!("handled in main")
+        }
         Command::State(command) => state::run(command, cli.layout.epoch_ms.as_deref(), &mut out)?,
         Command::Layout => {
             let bits = layout.bits();

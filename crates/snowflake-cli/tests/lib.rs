@@ -2,6 +2,7 @@
 //! real process, and fleets of them leasing worker ids from a real etcd or registering them in a
 //! real ZooKeeper.
 
+mod audit;
 mod cli;
 mod clock_steps;
 mod etcd_cluster;
