@@ -714,13 +714,29 @@ pub fn write(
     if let Some(parent) = markdown_path.parent() {
         std::fs::create_dir_all(parent)?;
     }
-    std::fs::write(markdown_path, md)?;
+    let previous = std::fs::read_to_string(markdown_path).unwrap_or_default();
+    std::fs::write(markdown_path, with_kept_sections(md, &previous))?;
     eprintln!(
         "report: wrote {} and charts in {}",
         markdown_path.display(),
         charts_dir.display()
     );
     Ok(())
+}
+
+/// The line after which BENCHMARKS.md holds sections measured by other tools (the audit, bulk
+/// batches beside single IDs): a rewrite keeps them as they are.
+pub const KEPT_MARKER: &str = "<!-- Sections below are measured by other commands (each says which); `report` keeps them. -->";
+
+/// `md` followed by the kept sections of the `previous` file, from its marker line on.
+fn with_kept_sections(mut md: String, previous: &str) -> String {
+    if let Some(at) = previous.find(KEPT_MARKER) {
+        if !md.ends_with("\n\n") {
+            md.push('\n');
+        }
+        md.push_str(&previous[at..]);
+    }
+    md
 }
 
 /// The charts directory as a link from the markdown file (relative when it is below it).
@@ -741,6 +757,17 @@ fn relative_link(markdown_path: &Path, charts_dir: &Path) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_rewrite_keeps_the_sections_after_the_marker() {
+        let previous = format!("# Old\n\nold numbers\n\n{KEPT_MARKER}\n\n## Audit\n\nkept\n");
+        let md = with_kept_sections("# New\n\nnew numbers\n".into(), &previous);
+        assert_eq!(
+            md,
+            format!("# New\n\nnew numbers\n\n{KEPT_MARKER}\n\n## Audit\n\nkept\n")
+        );
+        assert_eq!(with_kept_sections("# New\n".into(), "# Old\n"), "# New\n");
+    }
 
     #[test]
     fn table_aligns_escapes_and_pads() {

@@ -8,7 +8,7 @@
 //! unnamed temporary file as a compressed sorted run; at the end the runs and the last buffer
 //! are merged in ID order, and equal neighbours are the duplicates. Memory therefore stays
 //! within the budget (records and the sort's scratch) plus a small read buffer per run,
-//! whatever the input's size; the disk holds about 8 bytes per spilled ID. Counts, time ranges
+//! whatever the input's size; the disk holds about 6 bytes per spilled ID. Counts, time ranges
 //! and future dates are taken while reading, in one pass.
 //!
 //! ```
@@ -265,7 +265,8 @@ impl Auditor {
                 }
                 if self.records.len() == self.records.capacity() {
                     // Double, but never past the run's size.
-                    let want = self.records.capacity().max(1 << 16).min(self.run_records);
+                    let len = self.records.len();
+                    let want = len.max(1 << 16).min(self.run_records - len);
                     self.records.reserve_exact(want);
                 }
                 self.records.push(record);

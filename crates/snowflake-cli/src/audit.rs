@@ -27,7 +27,7 @@ surrounding whitespace and \\r are ignored. Anything else, and lines longer than
 --max-line-bytes, are invalid lines.
 
 Memory stays within --memory-mib whatever the input's size: above it, sorted runs of IDs are \
-spilled to --temp-dir (about 8 bytes an ID) and merged.
+spilled to --temp-dir (about 6 bytes an ID) and merged.
 
 Exit status: 0 no duplicate and no invalid line; 1 duplicates or invalid lines (or IDs dated in \
 the future, with --fail-on-future); 2 a usage error, an input that cannot be read, or a \

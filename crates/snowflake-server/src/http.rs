@@ -208,6 +208,12 @@ async fn next_ids(node: &Node, query: Option<&str>) -> Response {
         Err(err) => return err.into_response(),
     };
     match node.issue(Protocol::Http, count).await {
+        // More than a millisecond's worth: formatted as hyper sends it, a chunk at a time, so
+        // that no runtime thread formats (or writes) megabytes in one go while single IDs wait
+        // behind it, and no multi-megabyte buffer is allocated.
+        Ok(batches) if count > node.layout().max_ids_per_ms() => {
+            json(StatusCode::OK, axum::body::Body::new(IdsBody::new(batches)))
+        }
         Ok(batches) => {
             let capacity = usize::try_from(count)
                 .unwrap_or(0)
@@ -216,28 +222,145 @@ async fn next_ids(node: &Node, query: Option<&str>) -> Response {
             let mut body = Vec::with_capacity(capacity);
             body.extend_from_slice(b"{\"ids\":[");
             let mut buf = itoa::Buffer::new();
-            let mut first = true;
-            for batch in batches {
-                for id in batch {
-                    if !first {
-                        body.push(b',');
-                    }
-                    first = false;
-                    body.push(b'"');
-                    body.extend_from_slice(buf.format(id.as_u64()).as_bytes());
-                    body.push(b'"');
+            for (i, id) in batches.into_iter().flatten().enumerate() {
+                if i > 0 {
+                    body.push(b',');
                 }
-                // A large body is written a millisecond's worth at a time, the thread yielded
-                // in between: the requests queued behind it are not held up for its whole length.
-                if count > node.layout().max_ids_per_ms() {
-                    tokio::task::yield_now().await;
-                }
+                body.push(b'"');
+                body.extend_from_slice(buf.format(id.as_u64()).as_bytes());
+                body.push(b'"');
             }
             body.extend_from_slice(b"]}");
             json(StatusCode::OK, body)
         }
         Err(err) => err.into_response(),
     }
+}
+
+/// The `{"ids":[…]}` body of a large batch, formatted [`IdsBody::CHUNK_BYTES`] at a time as
+/// the connection asks for it. Its exact length is known up front (so the answer carries a
+/// `Content-Length`, as a small one does, rather than chunked encoding).
+struct IdsBody {
+    /// The runs of consecutive IDs still to format, the current one first.
+    batches: std::vec::IntoIter<snowflake_core::IdBatch>,
+    /// The next ID of the current run, and its last.
+    next: Option<(u64, u64)>,
+    /// Whether the opening `{"ids":[` is written, and whether the closing `]}` is.
+    started: bool,
+    finished: bool,
+    /// Bytes not yet handed out.
+    remaining: u64,
+    /// The yield between two chunks, while it is pending. Without it a client that reads as fast
+    /// as we write (loopback) has the whole body formatted and written in one poll of its
+    /// connection, holding a runtime thread for tens of milliseconds.
+    yielding: Option<std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>>,
+}
+
+impl IdsBody {
+    /// About one socket write: small enough that formatting it takes tens of microseconds.
+    const CHUNK_BYTES: usize = 64 * 1024;
+
+    fn new(batches: Vec<snowflake_core::IdBatch>) -> IdsBody {
+        let count: u64 = batches.iter().map(|b| b.len()).sum();
+        let digits: u64 = batches
+            .iter()
+            .map(|b| decimal_digits_in(b.first().as_u64(), b.last().as_u64()))
+            .sum();
+        // `{"ids":[` and `]}`, two quotes per ID, a comma between two.
+        let remaining = 10 + digits + 2 * count + count.saturating_sub(1);
+        IdsBody {
+            batches: batches.into_iter(),
+            next: None,
+            started: false,
+            finished: false,
+            remaining,
+            yielding: None,
+        }
+    }
+
+    /// The next chunk, or `None` once the closing `]}` was handed out.
+    fn chunk(&mut self) -> Option<bytes::Bytes> {
+        if self.finished {
+            return None;
+        }
+        let mut out = Vec::with_capacity(Self::CHUNK_BYTES + 32);
+        let mut buf = itoa::Buffer::new();
+        if !self.started {
+            out.extend_from_slice(b"{\"ids\":[");
+        }
+        while out.len() < Self::CHUNK_BYTES {
+            let (id, last) = match self.next {
+                Some(run) => run,
+                None => match self.batches.next() {
+                    Some(batch) => (batch.first().as_u64(), batch.last().as_u64()),
+                    None => {
+                        out.extend_from_slice(b"]}");
+                        self.finished = true;
+                        break;
+                    }
+                },
+            };
+            if self.started {
+                out.push(b',');
+            }
+            self.started = true;
+            out.push(b'"');
+            out.extend_from_slice(buf.format(id).as_bytes());
+            out.push(b'"');
+            self.next = (id < last).then_some((id + 1, last));
+        }
+        self.remaining -= out.len() as u64;
+        Some(bytes::Bytes::from(out))
+    }
+}
+
+impl http_body::Body for IdsBody {
+    type Data = bytes::Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<bytes::Bytes>, Self::Error>>> {
+        let this = self.get_mut();
+        // Every chunk after the first waits for the runtime to run the tasks queued meanwhile.
+        if this.started {
+            let yielding = this
+                .yielding
+                .get_or_insert_with(|| Box::pin(tokio::task::yield_now()));
+            std::task::ready!(yielding.as_mut().poll(cx));
+            this.yielding = None;
+        }
+        std::task::Poll::Ready(this.chunk().map(|c| Ok(http_body::Frame::data(c))))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.finished
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        http_body::SizeHint::with_exact(self.remaining)
+    }
+}
+
+/// How many decimal digits the numbers `first..=last` take together.
+fn decimal_digits_in(first: u64, last: u64) -> u64 {
+    let mut total = 0;
+    let mut low = first;
+    while low <= last {
+        let digits = u64::from(low.checked_ilog10().unwrap_or(0)) + 1;
+        // The last number with as many digits, or `last`.
+        let high = 10u64
+            .checked_pow(u32::try_from(digits).unwrap_or(u32::MAX))
+            .map_or(u64::MAX, |p| p - 1)
+            .min(last);
+        total += (high - low + 1) * digits;
+        match high.checked_add(1) {
+            Some(next) => low = next,
+            None => break,
+        }
+    }
+    total
 }
 
 fn decode(node: &Node, id: Result<Path<String>, PathRejection>) -> Response {
@@ -381,5 +504,58 @@ pub async fn serve(
         .is_err()
     {
         tracing::warn!(timeout = ?config.shutdown_timeout, "in-flight http requests did not finish in time");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn digits_of_a_range_are_counted_across_powers_of_ten() {
+        let brute = |a: u64, b: u64| (a..=b).map(|n| n.to_string().len() as u64).sum::<u64>();
+        for (a, b) in [
+            (0, 0),
+            (0, 9),
+            (5, 123),
+            (9, 10),
+            (99, 1001),
+            (999_990, 1_000_020),
+        ] {
+            assert_eq!(decimal_digits_in(a, b), brute(a, b), "{a}..={b}");
+        }
+        let max = snowflake_core::SnowflakeId::MAX.as_u64();
+        assert_eq!(decimal_digits_in(max - 5, max), 6 * 19);
+        assert_eq!(decimal_digits_in(u64::MAX - 1, u64::MAX), 2 * 20);
+    }
+
+    #[test]
+    fn a_large_body_in_chunks_is_the_small_body_exactly_with_its_length_known() {
+        let generator = snowflake_core::Generator::new(0, 0).unwrap();
+        let batches: Vec<_> = (0..40)
+            .map(|_| generator.next_batch(1000).unwrap())
+            .collect();
+        let ids: Vec<String> = batches
+            .iter()
+            .flat_map(|b| b.into_iter())
+            .map(|id| format!("\"{id}\""))
+            .collect();
+        let expected = format!("{{\"ids\":[{}]}}", ids.join(","));
+        let mut body = IdsBody::new(batches);
+        assert_eq!(
+            http_body::Body::size_hint(&body).exact(),
+            Some(expected.len() as u64)
+        );
+        let mut out = Vec::new();
+        let mut chunks = 0;
+        while let Some(chunk) = body.chunk() {
+            assert!(chunk.len() <= IdsBody::CHUNK_BYTES + 32);
+            out.extend_from_slice(&chunk);
+            chunks += 1;
+        }
+        assert!(chunks > 10, "{chunks}");
+        assert_eq!(String::from_utf8(out).unwrap(), expected);
+        assert!(http_body::Body::is_end_stream(&body));
+        assert_eq!(http_body::Body::size_hint(&body).exact(), Some(0));
     }
 }

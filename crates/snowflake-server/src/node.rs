@@ -473,12 +473,15 @@ impl Node {
                 Ok(batches) if batches.is_empty() => {
                     let deadline =
                         *deadline.get_or_insert_with(|| Instant::now() + self.request_timeout);
+                    // Sleep for the next millisecond rather than spin for it: a runtime
+                    // thread spinning on the clock takes a whole core from the other requests
+                    // (and from their clients) on a small machine.
                     let seen_ms = self.clock.now_ms();
                     while self.clock.now_ms() == seen_ms {
                         if Instant::now() >= deadline {
                             return Err(self.timed_out());
                         }
-                        tokio::task::yield_now().await;
+                        tokio::time::sleep(Duration::from_millis(1)).await;
                     }
                 }
                 Ok(batches) => return Ok(batches),
