@@ -625,11 +625,19 @@ impl EtcdLease {
         let writer = format!("{lease_id:x}");
         let value = crate::fleet::mark_json(mark_ms, self.layout.epoch_ms(), "lease", &writer);
         for _ in 0..MARK_ATTEMPTS {
-            let request = pb::TxnRequest {
-                compare: vec![
+            // A build for the fault campaign's self-test (`--cfg snowflake_campaign_bug`,
+            // never a release) skips the lease compare, so that a node whose claim was deleted
+            // goes on issuing: the campaign must catch it.
+            let compare = if cfg!(snowflake_campaign_bug) {
+                vec![mod_revision_is(&self.mark_key, revision)]
+            } else {
+                vec![
                     lease_is(&self.claim_key, lease_id),
                     mod_revision_is(&self.mark_key, revision),
-                ],
+                ]
+            };
+            let request = pb::TxnRequest {
+                compare,
                 success: vec![put(&self.mark_key, value.clone(), 0)],
                 failure: vec![get(&self.claim_key), get(&self.mark_key)],
             };
@@ -646,7 +654,8 @@ impl EtcdLease {
             }
             let mut ranges = first_kvs(response);
             let (claim, mark) = (ranges.next().flatten(), ranges.next().flatten());
-            if claim.as_ref().is_none_or(|kv| kv.lease != lease_id) {
+            if !cfg!(snowflake_campaign_bug) && claim.as_ref().is_none_or(|kv| kv.lease != lease_id)
+            {
                 let reason = format!(
                     "{} is no longer attached to this node's lease {writer}",
                     self.claim_key

@@ -1,0 +1,367 @@
+//! Clients over HTTP, gRPC and Thrift that ask one node for IDs, single and in batches, and
+//! record every operation: the node, the protocol, when it was sent and answered (on the
+//! campaign's monotonic clock), and the IDs or the error with its reason.
+
+use crate::rng::Rng;
+use bytes::Bytes;
+use http_body_util::{BodyExt, Empty};
+use serde::Serialize;
+use snowflake_proto::v1::snowflake_client::SnowflakeClient;
+use snowflake_proto::v1::{NextIdRequest, NextIdsRequest};
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::watch;
+
+/// How long one request may take before it counts as failed (a stopped node never answers).
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Which front end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Protocol {
+    Http,
+    Grpc,
+    Thrift,
+}
+
+/// How an operation ended.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    /// The IDs, in the order received.
+    Ids(Vec<u64>),
+    /// The service answered with an error; `reason` is its message (empty: none given).
+    Refused { status: String, reason: String },
+    /// No answer: the connection failed or the request timed out.
+    NoAnswer(String),
+}
+
+/// One request and its answer.
+#[derive(Debug, Clone, Serialize)]
+pub struct Op {
+    /// The node (0-based slot) asked.
+    pub node: usize,
+    pub protocol: Protocol,
+    /// How many IDs were asked for.
+    pub count: u32,
+    /// Microseconds since the campaign started: sent, and answered (or given up on).
+    pub sent_us: u64,
+    pub received_us: u64,
+    /// The campaign's wall clock (Unix ms) when answered.
+    pub received_unix_ms: u64,
+    pub outcome: Outcome,
+}
+
+/// Every operation, appended by the clients.
+pub type History = Arc<Mutex<Vec<Op>>>;
+
+/// What a client needs.
+#[derive(Debug, Clone)]
+pub struct Target {
+    pub node: usize,
+    pub http: SocketAddr,
+    pub grpc: SocketAddr,
+    pub thrift: SocketAddr,
+}
+
+pub fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(0))
+}
+
+/// Runs a client of `protocol` against `target` until `stop` turns true, recording into
+/// `history`; `pause` between requests keeps the machine from saturating.
+pub async fn run(
+    target: Target,
+    protocol: Protocol,
+    started: Instant,
+    history: History,
+    mut rng: Rng,
+    pause: Duration,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut http: Option<HttpConn> = None;
+    let mut grpc: Option<SnowflakeClient<tonic::transport::Channel>> = None;
+    let mut thrift: Option<TcpStream> = None;
+    while !*stop.borrow() {
+        // Singles half the time, else a batch of up to 64 (Thrift has no batch call).
+        let count = if protocol == Protocol::Thrift || rng.below(2) == 0 {
+            1
+        } else {
+            1 + u32::try_from(rng.below(64)).expect("small")
+        };
+        let sent = started.elapsed();
+        let outcome = match tokio::time::timeout(REQUEST_TIMEOUT, async {
+            match protocol {
+                Protocol::Http => http_call(&mut http, target.http, count).await,
+                Protocol::Grpc => grpc_call(&mut grpc, target.grpc, count).await,
+                Protocol::Thrift => thrift_call(&mut thrift, target.thrift).await,
+            }
+        })
+        .await
+        {
+            Ok(outcome) => outcome,
+            Err(_) => {
+                // The connection may be stuck mid-answer: start afresh.
+                http = None;
+                grpc = None;
+                thrift = None;
+                Outcome::NoAnswer("timed out".into())
+            }
+        };
+        let received = started.elapsed();
+        history.lock().expect("history").push(Op {
+            node: target.node,
+            protocol,
+            count,
+            sent_us: u64::try_from(sent.as_micros()).unwrap_or(u64::MAX),
+            received_us: u64::try_from(received.as_micros()).unwrap_or(u64::MAX),
+            received_unix_ms: unix_ms(),
+            outcome,
+        });
+        if matches!(
+            history.lock().expect("history").last().map(|o| &o.outcome),
+            Some(Outcome::NoAnswer(_))
+        ) {
+            // Do not spin on a node that is down.
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        tokio::select! {
+            () = tokio::time::sleep(pause) => {}
+            _ = stop.changed() => {}
+        }
+    }
+}
+
+type HttpConn = hyper::client::conn::http1::SendRequest<Empty<Bytes>>;
+
+async fn http_call(conn: &mut Option<HttpConn>, addr: SocketAddr, count: u32) -> Outcome {
+    if conn.as_ref().is_none_or(|c| c.is_closed()) {
+        match TcpStream::connect(addr).await {
+            Ok(tcp) => {
+                let io = hyper_util::rt::TokioIo::new(tcp);
+                match hyper::client::conn::http1::handshake(io).await {
+                    Ok((send, connection)) => {
+                        tokio::spawn(connection);
+                        *conn = Some(send);
+                    }
+                    Err(e) => return Outcome::NoAnswer(format!("handshake: {e}")),
+                }
+            }
+            Err(e) => return Outcome::NoAnswer(format!("connect: {e}")),
+        }
+    }
+    let send = conn.as_mut().expect("connected");
+    let path = if count == 1 {
+        "/v1/id".to_owned()
+    } else {
+        format!("/v1/ids?count={count}")
+    };
+    let request = http::Request::get(path)
+        .header("host", addr.to_string())
+        .body(Empty::new())
+        .expect("request");
+    let response = match send.send_request(request).await {
+        Ok(response) => response,
+        Err(e) => {
+            *conn = None;
+            return Outcome::NoAnswer(format!("request: {e}"));
+        }
+    };
+    let status = response.status();
+    let body = match response.into_body().collect().await {
+        Ok(body) => body.to_bytes(),
+        Err(e) => {
+            *conn = None;
+            return Outcome::NoAnswer(format!("body: {e}"));
+        }
+    };
+    let json: serde_json::Value = match serde_json::from_slice(&body) {
+        Ok(json) => json,
+        Err(e) => {
+            return Outcome::Refused {
+                status: status.as_u16().to_string(),
+                reason: format!("(unreadable body: {e})"),
+            };
+        }
+    };
+    if !status.is_success() {
+        return Outcome::Refused {
+            status: status.as_u16().to_string(),
+            reason: json["error"].as_str().unwrap_or("").to_owned(),
+        };
+    }
+    let parse = |v: &serde_json::Value| v.as_str().and_then(|s| s.parse::<u64>().ok());
+    let ids: Option<Vec<u64>> = if count == 1 {
+        parse(&json["id"]).map(|id| vec![id])
+    } else {
+        json["ids"]
+            .as_array()
+            .and_then(|a| a.iter().map(parse).collect())
+    };
+    match ids {
+        Some(ids) => Outcome::Ids(ids),
+        None => Outcome::Refused {
+            status: "200".into(),
+            reason: format!("(no ids in {json})"),
+        },
+    }
+}
+
+async fn grpc_call(
+    client: &mut Option<SnowflakeClient<tonic::transport::Channel>>,
+    addr: SocketAddr,
+    count: u32,
+) -> Outcome {
+    if client.is_none() {
+        let endpoint = match tonic::transport::Endpoint::from_shared(format!("http://{addr}")) {
+            Ok(e) => e.connect_timeout(REQUEST_TIMEOUT),
+            Err(e) => return Outcome::NoAnswer(format!("endpoint: {e}")),
+        };
+        match endpoint.connect().await {
+            Ok(channel) => *client = Some(SnowflakeClient::new(channel)),
+            Err(e) => return Outcome::NoAnswer(format!("connect: {e}")),
+        }
+    }
+    let grpc = client.as_mut().expect("connected");
+    let result = if count == 1 {
+        grpc.next_id(NextIdRequest {})
+            .await
+            .map(|r| vec![u64::try_from(r.into_inner().id).unwrap_or(u64::MAX)])
+    } else {
+        grpc.next_ids(NextIdsRequest { count }).await.map(|r| {
+            r.into_inner()
+                .ids
+                .into_iter()
+                .map(|id| u64::try_from(id).unwrap_or(u64::MAX))
+                .collect()
+        })
+    };
+    match result {
+        Ok(ids) => Outcome::Ids(ids),
+        // A status tonic made from a transport error: the connection is gone.
+        Err(status) if std::error::Error::source(&status).is_some() => {
+            *client = None;
+            Outcome::NoAnswer(format!("transport: {}", status.message()))
+        }
+        Err(status) => Outcome::Refused {
+            status: format!("{:?}", status.code()),
+            reason: status.message().to_owned(),
+        },
+    }
+}
+
+/// `get_id("campaign")` in the strict binary protocol, framed.
+async fn thrift_call(conn: &mut Option<TcpStream>, addr: SocketAddr) -> Outcome {
+    if conn.is_none() {
+        match TcpStream::connect(addr).await {
+            Ok(tcp) => *conn = Some(tcp),
+            Err(e) => return Outcome::NoAnswer(format!("connect: {e}")),
+        }
+    }
+    let tcp = conn.as_mut().expect("connected");
+    let mut message = Vec::with_capacity(64);
+    message.extend_from_slice(&0x8001_0001u32.to_be_bytes());
+    message.extend_from_slice(&6u32.to_be_bytes());
+    message.extend_from_slice(b"get_id");
+    message.extend_from_slice(&1i32.to_be_bytes()); // sequence id
+    message.push(11); // field 1: string
+    message.extend_from_slice(&1i16.to_be_bytes());
+    message.extend_from_slice(&8u32.to_be_bytes());
+    message.extend_from_slice(b"campaign");
+    message.push(0); // stop
+    let mut frame = (u32::try_from(message.len()).expect("small"))
+        .to_be_bytes()
+        .to_vec();
+    frame.extend_from_slice(&message);
+    let answer = async {
+        tcp.write_all(&frame).await?;
+        let len = tcp.read_u32().await?;
+        if len > 64 * 1024 {
+            return Err(std::io::Error::other(format!("reply frame of {len} bytes")));
+        }
+        let mut reply = vec![0; len as usize];
+        tcp.read_exact(&mut reply).await?;
+        Ok(reply)
+    }
+    .await;
+    let reply = match answer {
+        Ok(reply) => reply,
+        Err(e) => {
+            *conn = None;
+            return Outcome::NoAnswer(format!("io: {e}"));
+        }
+    };
+    parse_thrift_reply(&reply)
+}
+
+/// Reads a `get_id` reply: an i64 in field 0, or an exception's message (field 1, a string).
+fn parse_thrift_reply(reply: &[u8]) -> Outcome {
+    let bad = |why: &str| Outcome::Refused {
+        status: "thrift".into(),
+        reason: format!("(unreadable reply: {why})"),
+    };
+    if reply.len() < 12 {
+        return bad("short");
+    }
+    let kind = reply[3];
+    let name_len = u32::from_be_bytes(reply[4..8].try_into().expect("4")) as usize;
+    let mut at = 8 + name_len + 4;
+    if reply.len() < at + 3 {
+        return bad("short header");
+    }
+    // The first field of the result struct (a reply) or of the exception.
+    let field_type = reply[at];
+    let field_id = i16::from_be_bytes([reply[at + 1], reply[at + 2]]);
+    at += 3;
+    match (kind, field_type, field_id) {
+        (2, 10, 0) if reply.len() >= at + 8 => {
+            let id = i64::from_be_bytes(reply[at..at + 8].try_into().expect("8"));
+            Outcome::Ids(vec![u64::try_from(id).unwrap_or(u64::MAX)])
+        }
+        (3, 11, 1) if reply.len() >= at + 4 => {
+            let len = u32::from_be_bytes(reply[at..at + 4].try_into().expect("4")) as usize;
+            let text = reply.get(at + 4..at + 4 + len).unwrap_or(&[]);
+            Outcome::Refused {
+                status: "exception".into(),
+                reason: String::from_utf8_lossy(text).into_owned(),
+            }
+        }
+        _ => bad(&format!(
+            "message type {kind}, field {field_id} of type {field_type}"
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn thrift_replies_are_read() {
+        let mut reply = vec![0x80, 0x01, 0x00, 0x02, 0, 0, 0, 6];
+        reply.extend_from_slice(b"get_id");
+        reply.extend_from_slice(&1i32.to_be_bytes());
+        reply.extend_from_slice(&[10, 0, 0]);
+        reply.extend_from_slice(&42i64.to_be_bytes());
+        reply.push(0);
+        assert!(matches!(parse_thrift_reply(&reply), Outcome::Ids(ids) if ids == [42]));
+        let mut exception = vec![0x80, 0x01, 0x00, 0x03, 0, 0, 0, 6];
+        exception.extend_from_slice(b"get_id");
+        exception.extend_from_slice(&1i32.to_be_bytes());
+        exception.extend_from_slice(&[11, 0, 1, 0, 0, 0, 4]);
+        exception.extend_from_slice(b"late");
+        assert!(matches!(
+            parse_thrift_reply(&exception),
+            Outcome::Refused { reason, .. } if reason == "late"
+        ));
+        assert!(matches!(
+            parse_thrift_reply(&[1, 2]),
+            Outcome::Refused { .. }
+        ));
+    }
+}

@@ -1,0 +1,276 @@
+//! The faults, and the seeded schedule that applies several at a time.
+
+use crate::fleet::{Fleet, LEASE_TTL_SECS, PREFIX, set_clock_file};
+use crate::rng::Rng;
+use serde::Serialize;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Every kind of fault the campaign injects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Kind {
+    /// `kill -9` a node, restart it after the fault's duration.
+    Kill9,
+    /// SIGTERM a node, restart it once it exited (a rolling deploy's step).
+    GracefulRestart,
+    /// SIGSTOP a node, SIGCONT it after the duration.
+    PauseNode,
+    /// SIGSTOP an etcd member, SIGCONT it after the duration.
+    PauseEtcdMember,
+    /// Drop every packet between a node and all etcd members.
+    PartitionNodeFromEtcd,
+    /// Cut one etcd member off the others (and everyone).
+    IsolateEtcdMember,
+    /// Cut whichever member leads.
+    IsolateEtcdLeader,
+    /// A node's clock 1–5 s behind.
+    ClockBack,
+    /// A node's clock 2–5 s ahead, back before it is trusted.
+    ClockForwardBrief,
+    /// A node's clock 2–4 s ahead for longer than it takes to trust it.
+    ClockForwardLasting,
+    /// A node's clock 20 years ahead for a moment.
+    ClockForwardHuge,
+    /// An operator deletes a node's claim key in etcd.
+    DeleteClaim,
+    /// The filesystem under a node's state directory fills up.
+    FullDisk,
+}
+
+impl Kind {
+    pub const ALL: [Kind; 13] = [
+        Kind::Kill9,
+        Kind::GracefulRestart,
+        Kind::PauseNode,
+        Kind::PauseEtcdMember,
+        Kind::PartitionNodeFromEtcd,
+        Kind::IsolateEtcdMember,
+        Kind::IsolateEtcdLeader,
+        Kind::ClockBack,
+        Kind::ClockForwardBrief,
+        Kind::ClockForwardLasting,
+        Kind::ClockForwardHuge,
+        Kind::DeleteClaim,
+        Kind::FullDisk,
+    ];
+
+    /// Whether the fault targets an etcd member (else a node).
+    pub fn on_etcd(self) -> bool {
+        matches!(
+            self,
+            Kind::PauseEtcdMember | Kind::IsolateEtcdMember | Kind::IsolateEtcdLeader
+        )
+    }
+
+    pub fn name(self) -> String {
+        serde_json::to_value(self)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_owned))
+            .unwrap_or_default()
+    }
+}
+
+/// One fault as it happened.
+#[derive(Debug, Clone, Serialize)]
+pub struct Record {
+    pub kind: Kind,
+    /// The node slot or etcd member index.
+    pub target: usize,
+    pub target_name: String,
+    /// Microseconds since the campaign started.
+    pub start_us: u64,
+    pub heal_us: u64,
+    /// A clock offset applied, in ms (clock faults).
+    pub offset_ms: i64,
+    /// What went wrong applying or healing it (the campaign goes on).
+    pub error: Option<String>,
+}
+
+/// What is being faulted now, so that two faults do not fight over one target.
+#[derive(Debug, Default)]
+pub struct Busy {
+    pub nodes: Vec<usize>,
+    pub members: Vec<usize>,
+}
+
+/// Applies fault `kind` to `target`, holds it for `hold`, heals it; blocking (run it on a
+/// thread). Returns the record.
+pub fn apply(
+    fleet: &Arc<Mutex<Fleet>>,
+    kind: Kind,
+    target: usize,
+    hold: Duration,
+    rng: &mut Rng,
+    started: Instant,
+) -> Record {
+    let since = |t: Instant| u64::try_from(t.duration_since(started).as_micros()).unwrap_or(0);
+    let start = Instant::now();
+    let mut offset_ms = 0i64;
+    let mut target = target;
+    let result: anyhow::Result<()> = (|| {
+        match kind {
+            Kind::Kill9 => {
+                let mut f = fleet.lock().expect("fleet");
+                if let Some(mut proc) = f.nodes[target].proc.take() {
+                    proc.signal("CONT")?;
+                    proc.signal("KILL")?;
+                    proc.wait_exit(Duration::from_secs(5));
+                }
+                drop(f);
+                std::thread::sleep(hold);
+                fleet.lock().expect("fleet").start_node(target)?;
+            }
+            Kind::GracefulRestart => {
+                let proc = fleet.lock().expect("fleet").nodes[target].proc.take();
+                if let Some(mut proc) = proc {
+                    proc.signal("CONT")?;
+                    proc.signal("TERM")?;
+                    // A node that lost its pair meanwhile stops with status 1: that is no
+                    // failure of the graceful stop; one that does not stop within 10 s is.
+                    if proc.wait_exit(Duration::from_secs(10)).is_none() {
+                        anyhow::bail!("a graceful stop did not end within 10 s");
+                    }
+                }
+                std::thread::sleep(hold / 4);
+                fleet.lock().expect("fleet").start_node(target)?;
+            }
+            Kind::PauseNode => {
+                signal_node(fleet, target, "STOP")?;
+                std::thread::sleep(hold);
+                signal_node(fleet, target, "CONT")?;
+            }
+            Kind::PauseEtcdMember => {
+                fleet.lock().expect("fleet").members[target]
+                    .proc
+                    .signal("STOP")?;
+                std::thread::sleep(hold);
+                fleet.lock().expect("fleet").members[target]
+                    .proc
+                    .signal("CONT")?;
+            }
+            Kind::PartitionNodeFromEtcd => {
+                let (name, peers) = {
+                    let f = fleet.lock().expect("fleet");
+                    let peers: Vec<_> = f.members.iter().map(|m| m.ip).collect();
+                    (f.nodes[target].name.clone(), peers)
+                };
+                fleet.lock().expect("fleet").lab.block(&name, &peers)?;
+                std::thread::sleep(hold);
+                fleet.lock().expect("fleet").lab.unblock(&name)?;
+            }
+            Kind::IsolateEtcdMember | Kind::IsolateEtcdLeader => {
+                if kind == Kind::IsolateEtcdLeader {
+                    target = leader(&fleet.lock().expect("fleet")).unwrap_or(target);
+                }
+                let name = fleet.lock().expect("fleet").members[target].name.clone();
+                fleet.lock().expect("fleet").lab.set_link(&name, false)?;
+                std::thread::sleep(hold);
+                fleet.lock().expect("fleet").lab.set_link(&name, true)?;
+            }
+            Kind::ClockBack
+            | Kind::ClockForwardBrief
+            | Kind::ClockForwardLasting
+            | Kind::ClockForwardHuge => {
+                let secs: i64 = match kind {
+                    Kind::ClockBack => -i64::try_from(rng.between(1, 5)).unwrap_or(1),
+                    Kind::ClockForwardBrief => i64::try_from(rng.between(2, 5)).unwrap_or(2),
+                    Kind::ClockForwardLasting => i64::try_from(rng.between(2, 4)).unwrap_or(2),
+                    _ => 631_152_000, // 20 years
+                };
+                offset_ms = secs * 1000;
+                let hold = match kind {
+                    // Back before it is trusted (trust takes TRUST_SECS).
+                    Kind::ClockForwardBrief | Kind::ClockForwardHuge => {
+                        hold.min(Duration::from_millis(1500))
+                    }
+                    // Held well past the trust period.
+                    Kind::ClockForwardLasting => {
+                        hold.max(Duration::from_secs(crate::fleet::TRUST_SECS + 3))
+                    }
+                    _ => hold,
+                };
+                let file = fleet.lock().expect("fleet").nodes[target]
+                    .clock_file
+                    .clone();
+                set_clock_file(&file, &format!("{secs:+}"))?;
+                std::thread::sleep(hold);
+                set_clock_file(&file, "+0")?;
+            }
+            Kind::FullDisk => {
+                // The state directory is a small tmpfs of its own (see `Fleet::start`): fill
+                // it, hold, free it.
+                let dir = fleet.lock().expect("fleet").nodes[target].state_dir.clone();
+                let filler = dir.join("filler");
+                let result = std::fs::write(&filler, vec![0u8; crate::fleet::STATE_FS_BYTES]);
+                if let Err(e) = &result
+                    && e.raw_os_error() != Some(28)
+                {
+                    anyhow::bail!("cannot fill {}: {e}", dir.display());
+                }
+                std::thread::sleep(hold);
+                std::fs::remove_file(&filler)?;
+            }
+            Kind::DeleteClaim => {
+                let f = fleet.lock().expect("fleet");
+                let keys = f.etcdctl(&[
+                    "get",
+                    "--prefix",
+                    "--keys-only",
+                    &format!("{PREFIX}/workers/"),
+                ])?;
+                let keys: Vec<&str> = keys.lines().filter(|l| !l.is_empty()).collect();
+                if !keys.is_empty() {
+                    let key = keys[usize::try_from(rng.below(keys.len() as u64)).unwrap_or(0)];
+                    f.etcdctl(&["del", key])?;
+                }
+                drop(f);
+                std::thread::sleep(hold.min(Duration::from_secs(LEASE_TTL_SECS)));
+            }
+        }
+        Ok(())
+    })();
+    let target_name = {
+        let f = fleet.lock().expect("fleet");
+        if kind.on_etcd() {
+            f.members[target].name.clone()
+        } else {
+            f.nodes[target].name.clone()
+        }
+    };
+    Record {
+        kind,
+        target,
+        target_name,
+        start_us: since(start),
+        heal_us: since(Instant::now()),
+        offset_ms,
+        error: result.err().map(|e| format!("{e:#}")),
+    }
+}
+
+fn signal_node(fleet: &Arc<Mutex<Fleet>>, node: usize, signal: &str) -> anyhow::Result<()> {
+    let f = fleet.lock().expect("fleet");
+    match &f.nodes[node].proc {
+        Some(proc) => proc.signal(signal),
+        None => Ok(()),
+    }
+}
+
+/// The index of the member that leads, from `etcdctl endpoint status`.
+fn leader(fleet: &Fleet) -> Option<usize> {
+    let out = fleet.etcdctl(&["endpoint", "status", "-w", "json"]).ok()?;
+    let statuses: serde_json::Value = serde_json::from_str(&out).ok()?;
+    for status in statuses.as_array()? {
+        let id = status["Status"]["header"]["member_id"].as_u64()?;
+        let leader = status["Status"]["leader"].as_u64()?;
+        if id == leader {
+            let endpoint = status["Endpoint"].as_str()?;
+            return fleet
+                .members
+                .iter()
+                .position(|m| endpoint.contains(&m.ip.to_string()));
+        }
+    }
+    None
+}

@@ -1,0 +1,491 @@
+//! The fleet under test: a 3-member etcd and `snowflake serve` nodes, each in its own
+//! namespace of the [`Lab`], node clocks under libfaketime.
+
+use crate::lab::{Lab, Proc, run};
+use anyhow::{Context, bail};
+use std::collections::HashMap;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+/// The etcd key prefix of the campaign's fleet.
+pub const PREFIX: &str = "/campaign";
+/// Lease TTL of the nodes: short, so that takeovers happen within a campaign.
+pub const LEASE_TTL_SECS: u64 = 3;
+/// How long a forward clock step must hold before a node trusts it.
+pub const TRUST_SECS: u64 = 3;
+/// The size of each node's state filesystem (a tmpfs of its own, so that it can be filled).
+pub const STATE_FS_BYTES: usize = 1 << 20;
+/// How far ahead of the clock marks are reserved (the service's default).
+pub const RESERVE_MS: u64 = 3000;
+/// A forward step up to this is trusted at once (the service's default).
+pub const MAX_CLOCK_STEP_MS: u64 = 1000;
+
+/// What the fleet needs from the machine.
+#[derive(Debug, Clone)]
+pub struct Tools {
+    pub snowflake: PathBuf,
+    pub etcd: PathBuf,
+    pub etcdctl: PathBuf,
+    pub libfaketime: PathBuf,
+}
+
+impl Tools {
+    /// Finds the tools: `snowflake` beside this binary (or `$SNOWFLAKE_BIN`), etcd and etcdctl
+    /// on the PATH, libfaketime at `$SNOWFLAKE_TEST_LIBFAKETIME` or Debian's place.
+    pub fn find() -> anyhow::Result<Tools> {
+        let snowflake = match std::env::var_os("SNOWFLAKE_BIN") {
+            Some(path) => PathBuf::from(path),
+            None => std::env::current_exe()?
+                .parent()
+                .context("no directory")?
+                .join("snowflake"),
+        };
+        if !snowflake.exists() {
+            bail!(
+                "{} is missing: build it first (cargo build --release -p snowflake-cli), or set SNOWFLAKE_BIN",
+                snowflake.display()
+            );
+        }
+        let which = |name: &str| -> anyhow::Result<PathBuf> {
+            let out = Command::new("sh")
+                .args(["-c", &format!("command -v {name}")])
+                .output()?;
+            let path = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+            if path.is_empty() {
+                bail!("{name} is not installed (Debian: etcd-server, etcd-client)");
+            }
+            Ok(PathBuf::from(path))
+        };
+        let libfaketime = std::env::var_os("SNOWFLAKE_TEST_LIBFAKETIME").map_or_else(
+            || PathBuf::from("/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1"),
+            PathBuf::from,
+        );
+        if !libfaketime.exists() {
+            bail!("{} is missing (Debian: libfaketime)", libfaketime.display());
+        }
+        for tool in ["nft", "ip"] {
+            which(tool)?;
+        }
+        Ok(Tools {
+            snowflake,
+            etcd: which("etcd")?,
+            etcdctl: which("etcdctl")?,
+            libfaketime,
+        })
+    }
+}
+
+/// An etcd member.
+#[derive(Debug)]
+pub struct Member {
+    pub name: String,
+    pub ip: Ipv4Addr,
+    pub proc: Proc,
+}
+
+/// A `snowflake serve` node.
+#[derive(Debug)]
+pub struct Node {
+    pub name: String,
+    pub ip: Ipv4Addr,
+    args: Vec<String>,
+    envs: Vec<(String, String)>,
+    pub clock_file: PathBuf,
+    pub state_dir: PathBuf,
+    pub proc: Option<Proc>,
+    /// How many times it was started, for log names.
+    starts: u32,
+    dir: PathBuf,
+}
+
+impl Node {
+    pub fn http(&self) -> SocketAddr {
+        SocketAddr::from((self.ip, 8080))
+    }
+    pub fn grpc(&self) -> SocketAddr {
+        SocketAddr::from((self.ip, 50051))
+    }
+    pub fn thrift(&self) -> SocketAddr {
+        SocketAddr::from((self.ip, 7609))
+    }
+}
+
+/// The fleet, and the lab it runs in (dropped last: it kills what is left).
+#[derive(Debug)]
+pub struct Fleet {
+    pub members: Vec<Member>,
+    pub nodes: Vec<Node>,
+    pub tools: Tools,
+    /// The state filesystems mounted, unmounted when dropped.
+    mounts: Vec<PathBuf>,
+    pub lab: Lab,
+}
+
+impl Drop for Fleet {
+    fn drop(&mut self) {
+        // The processes first (their files keep a mount busy).
+        for node in &mut self.nodes {
+            if let Some(mut proc) = node.proc.take() {
+                let _ = proc.signal("CONT");
+                let _ = proc.child.kill();
+                let _ = proc.child.wait();
+            }
+        }
+        for mount in &self.mounts {
+            let _ = run("umount", &["-l", mount.to_str().unwrap_or_default()]);
+        }
+    }
+}
+
+impl Fleet {
+    /// Starts a 3-member etcd and `nodes` nodes; returns once etcd is healthy and every node is
+    /// ready.
+    pub fn start(tools: Tools, nodes: usize, dir: &Path) -> anyhow::Result<Fleet> {
+        let mut lab = Lab::new()?;
+        lab.connect_self()?;
+        let mut members = Vec::new();
+        let names: Vec<String> = (1..=3).map(|i| format!("e{i}")).collect();
+        let ips: Vec<Ipv4Addr> = (0..3)
+            .map(|i| lab.add_host(&names[i], 11 + u8::try_from(i).expect("3")))
+            .collect::<anyhow::Result<_>>()?;
+        let cluster = names
+            .iter()
+            .zip(&ips)
+            .map(|(n, ip)| format!("{n}=http://{ip}:2380"))
+            .collect::<Vec<_>>()
+            .join(",");
+        for (name, ip) in names.iter().zip(&ips) {
+            let data = dir.join(format!("{name}.etcd"));
+            let args: Vec<String> = [
+                "--name",
+                name,
+                "--data-dir",
+                data.to_str().context("path")?,
+                "--listen-client-urls",
+                &format!("http://{ip}:2379"),
+                "--advertise-client-urls",
+                &format!("http://{ip}:2379"),
+                "--listen-peer-urls",
+                &format!("http://{ip}:2380"),
+                "--initial-advertise-peer-urls",
+                &format!("http://{ip}:2380"),
+                "--initial-cluster",
+                &cluster,
+                "--initial-cluster-state",
+                "new",
+                "--initial-cluster-token",
+                "campaign",
+                "--heartbeat-interval",
+                "100",
+                "--election-timeout",
+                "1000",
+            ]
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+            let proc = lab.spawn(
+                name,
+                &tools.etcd,
+                &args,
+                &[],
+                &dir.join(format!("{name}.log")),
+            )?;
+            members.push(Member {
+                name: name.clone(),
+                ip: *ip,
+                proc,
+            });
+        }
+        let mut fleet = Fleet {
+            members,
+            nodes: Vec::new(),
+            tools,
+            mounts: Vec::new(),
+            lab,
+        };
+        fleet.wait_etcd(Duration::from_secs(20))?;
+        let endpoints = fleet.endpoints();
+        for i in 0..nodes {
+            let name = format!("n{}", i + 1);
+            let ip = fleet
+                .lab
+                .add_host(&name, 21 + u8::try_from(i).context("too many nodes")?)?;
+            let clock_file = dir.join(format!("{name}.faketime"));
+            set_clock_file(&clock_file, "+0")?;
+            let state_dir = dir.join(format!("{name}.state"));
+            std::fs::create_dir_all(&state_dir)?;
+            run(
+                "mount",
+                &[
+                    "-t",
+                    "tmpfs",
+                    "-o",
+                    &format!("size={STATE_FS_BYTES}"),
+                    "campaign",
+                    state_dir.to_str().context("path")?,
+                ],
+            )?;
+            fleet.mounts.push(state_dir.clone());
+            let args: Vec<String> = [
+                "serve",
+                "--http-addr",
+                &format!("{ip}:8080"),
+                "--grpc-addr",
+                &format!("{ip}:50051"),
+                "--thrift-addr",
+                &format!("{ip}:7609"),
+                "--advertise-addr",
+                &format!("{ip}:7609"),
+                "--etcd-endpoints",
+                &endpoints,
+                "--etcd-prefix",
+                PREFIX,
+                "--lease-ttl-secs",
+                &LEASE_TTL_SECS.to_string(),
+                "--clock-step-trust-secs",
+                &TRUST_SECS.to_string(),
+                "--max-clock-step-ms",
+                &MAX_CLOCK_STEP_MS.to_string(),
+                "--reserve-ms",
+                &RESERVE_MS.to_string(),
+                "--state-dir",
+                state_dir.to_str().context("path")?,
+                "--worker-threads",
+                "1",
+                "--shutdown-timeout-ms",
+                "3000",
+            ]
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+            let envs = vec![
+                (
+                    "LD_PRELOAD".into(),
+                    fleet.tools.libfaketime.display().to_string(),
+                ),
+                (
+                    "FAKETIME_TIMESTAMP_FILE".into(),
+                    clock_file.display().to_string(),
+                ),
+                ("FAKETIME_NO_CACHE".into(), "1".into()),
+                ("FAKETIME_DONT_FAKE_MONOTONIC".into(), "1".into()),
+                ("RUST_LOG".into(), "info".into()),
+            ];
+            fleet.nodes.push(Node {
+                name,
+                ip,
+                args,
+                envs,
+                clock_file,
+                state_dir,
+                proc: None,
+                starts: 0,
+                dir: dir.to_path_buf(),
+            });
+            fleet.start_node(i)?;
+        }
+        for i in 0..nodes {
+            fleet.wait_ready(i, Duration::from_secs(30))?;
+        }
+        Ok(fleet)
+    }
+
+    /// `http://IP:2379,…`
+    pub fn endpoints(&self) -> String {
+        self.members
+            .iter()
+            .map(|m| format!("http://{}:2379", m.ip))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// etcdctl against every member; its stdout.
+    pub fn etcdctl(&self, args: &[&str]) -> anyhow::Result<String> {
+        let out = Command::new(&self.tools.etcdctl)
+            .env("ETCDCTL_API", "3")
+            .arg(format!("--endpoints={}", self.endpoints()))
+            .args(["--dial-timeout=1s", "--command-timeout=3s"])
+            .args(args)
+            .output()?;
+        if !out.status.success() {
+            bail!(
+                "etcdctl {}: {}",
+                args.join(" "),
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    fn wait_etcd(&self, timeout: Duration) -> anyhow::Result<()> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if self
+                .etcdctl(&["put", &format!("{PREFIX}/ping"), "1"])
+                .is_ok()
+            {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                bail!(
+                    "etcd did not become healthy in {timeout:?}: {}",
+                    self.members[0].proc.tail(20)
+                );
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    /// Starts node `i` (again) with its state directory and clock.
+    pub fn start_node(&mut self, i: usize) -> anyhow::Result<()> {
+        let node = &mut self.nodes[i];
+        node.starts += 1;
+        let log = node.dir.join(format!("{}.{}.log", node.name, node.starts));
+        let proc = self.lab.spawn(
+            &node.name,
+            &self.tools.snowflake,
+            &node.args,
+            &node.envs,
+            &log,
+        )?;
+        node.proc = Some(proc);
+        Ok(())
+    }
+
+    /// The supervisor's round (as systemd's `Restart=on-failure` or a Kubernetes pod would do):
+    /// restarts every node whose process exited by itself, e.g. after it lost its pair to
+    /// another node, which the service answers by stopping. Returns what it restarted.
+    pub fn restart_exited(&mut self) -> Vec<String> {
+        let mut restarted = Vec::new();
+        for i in 0..self.nodes.len() {
+            let exited = match &mut self.nodes[i].proc {
+                Some(proc) => proc.child.try_wait().ok().flatten(),
+                None => None,
+            };
+            if let Some(status) = exited {
+                self.nodes[i].proc = None;
+                let note = format!("{} exited by itself ({status})", self.nodes[i].name);
+                match self.start_node(i) {
+                    Ok(()) => restarted.push(format!("{note}; restarted")),
+                    Err(e) => restarted.push(format!("{note}; cannot restart it: {e:#}")),
+                }
+            }
+        }
+        restarted
+    }
+
+    /// Waits until node `i` answers `/readyz` with 200.
+    pub fn wait_ready(&self, i: usize, timeout: Duration) -> anyhow::Result<()> {
+        let deadline = Instant::now() + timeout;
+        let addr = self.nodes[i].http();
+        loop {
+            if http_status(addr, "/readyz") == Some(200) {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                let tail = self.nodes[i]
+                    .proc
+                    .as_ref()
+                    .map_or(String::new(), |p| p.tail(20));
+                bail!(
+                    "node {} not ready in {timeout:?}:\n{tail}",
+                    self.nodes[i].name
+                );
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// The highest mark of each pair in etcd.
+    pub fn etcd_marks(&self) -> anyhow::Result<HashMap<(u64, u64), u64>> {
+        let out = self.etcdctl(&["get", "--prefix", &format!("{PREFIX}/marks/")])?;
+        let lines: Vec<&str> = out.lines().collect();
+        let mut marks = HashMap::new();
+        for pair in lines.chunks(2) {
+            let [key, value] = pair else { continue };
+            let mut parts = key.rsplit('/');
+            let (Some(w), Some(d)) = (parts.next(), parts.next()) else {
+                continue;
+            };
+            let (Ok(w), Ok(d)) = (w.parse::<u64>(), d.parse::<u64>()) else {
+                continue;
+            };
+            let json: serde_json::Value = serde_json::from_str(value)
+                .with_context(|| format!("mark {key} is not JSON: {value}"))?;
+            if let Some(ms) = json["high_water_ms"].as_u64() {
+                marks.insert((d, w), ms);
+            }
+        }
+        Ok(marks)
+    }
+
+    /// The marks in every node's state directory: (node, datacenter, worker) → ms.
+    pub fn local_marks(&self) -> HashMap<(usize, u64, u64), u64> {
+        let mut marks = HashMap::new();
+        for (i, node) in self.nodes.iter().enumerate() {
+            let Ok(entries) = std::fs::read_dir(&node.state_dir) else {
+                continue;
+            };
+            for entry in entries.flatten() {
+                let Ok(text) = std::fs::read_to_string(entry.path()) else {
+                    continue;
+                };
+                let Ok(json) = serde_json::from_str::<serde_json::Value>(&text) else {
+                    continue;
+                };
+                if let (Some(d), Some(w), Some(ms)) = (
+                    json["datacenter_id"].as_u64(),
+                    json["worker_id"].as_u64(),
+                    json["high_water_ms"].as_u64(),
+                ) {
+                    marks.insert((i, d, w), ms);
+                }
+            }
+        }
+        marks
+    }
+}
+
+/// Writes a libfaketime offset (`+0`, `-5`, `+631152000`) atomically.
+pub fn set_clock_file(path: &Path, offset: &str) -> anyhow::Result<()> {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, format!("{offset}\n"))?;
+    std::fs::rename(&tmp, path)?;
+    Ok(())
+}
+
+/// The status of `GET path` (blocking, short timeouts), or `None` without an answer.
+pub fn http_status(addr: SocketAddr, path: &str) -> Option<u16> {
+    use std::io::{Read, Write};
+    let mut tcp = std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(300)).ok()?;
+    tcp.set_read_timeout(Some(Duration::from_millis(500)))
+        .ok()?;
+    write!(
+        tcp,
+        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut head = [0u8; 12];
+    tcp.read_exact(&mut head).ok()?;
+    std::str::from_utf8(&head[9..12]).ok()?.parse().ok()
+}
+
+/// Best effort: heal everything that a fault may have left (for the end of a campaign).
+pub fn heal_all(fleet: &Fleet) {
+    for member in &fleet.members {
+        let _ = member.proc.signal("CONT");
+        let _ = fleet.lab.set_link(&member.name, true);
+        let _ = fleet.lab.unblock(&member.name);
+    }
+    for node in &fleet.nodes {
+        if let Some(proc) = &node.proc {
+            let _ = proc.signal("CONT");
+        }
+        let _ = fleet.lab.set_link(&node.name, true);
+        let _ = fleet.lab.unblock(&node.name);
+        let _ = set_clock_file(&node.clock_file, "+0");
+    }
+    let _ = run("true", &[]);
+}

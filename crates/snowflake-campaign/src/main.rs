@@ -1,0 +1,434 @@
+//! `snowflake-campaign`: proves the no-duplicate promise the Jepsen way. It starts a real fleet
+//! (a 3-member etcd and `snowflake serve` nodes, each in its own network namespace on a private
+//! bridge, node clocks under libfaketime), runs HTTP, gRPC and Thrift clients that record every
+//! ID, applies a seeded random schedule of faults several at a time, and checks the history
+//! (see `check.rs` for the rules). A failing run prints the seed and the operations around each
+//! violation. Run as root: `scripts/campaign` (or see `--help`).
+
+mod check;
+mod clients;
+mod faults;
+mod fleet;
+mod lab;
+mod rng;
+
+use anyhow::Context;
+use clap::Parser;
+use clients::{History, Outcome, Protocol, Target};
+use faults::{Busy, Kind, Record};
+use fleet::{Fleet, Tools};
+use rng::Rng;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// A randomized fault campaign over a real fleet, and a check of every ID it was given.
+#[derive(Debug, Parser)]
+#[command(name = "snowflake-campaign", max_term_width = 100)]
+struct Args {
+    /// The schedule's seed (the same seed gives the same faults in the same order) [default:
+    /// from the clock, printed].
+    #[arg(long)]
+    seed: Option<u64>,
+    /// How long to inject faults, in seconds (then everything heals and the clients run 5 s
+    /// more).
+    #[arg(long, default_value_t = 60)]
+    duration_secs: u64,
+    /// `snowflake serve` nodes, 5..=20.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(5..=20))]
+    nodes: u64,
+    /// Most faults at a time.
+    #[arg(long, default_value_t = 3)]
+    concurrent: usize,
+    /// Fail unless at least this many IDs were checked.
+    #[arg(long, default_value_t = 10_000)]
+    min_ids: u64,
+    /// Only these fault kinds, comma-separated [default: all of them]: kill9, graceful-restart,
+    /// pause-node, pause-etcd-member, partition-node-from-etcd, isolate-etcd-member,
+    /// isolate-etcd-leader, clock-back, clock-forward-brief, clock-forward-lasting,
+    /// clock-forward-huge, delete-claim.
+    #[arg(long, value_delimiter = ',', value_parser = parse_kind)]
+    faults: Vec<Kind>,
+    /// The self-test: succeed only if the checker finds a violation (run against a build with
+    /// a safety check disabled, `--cfg snowflake_campaign_bug`).
+    #[arg(long)]
+    expect_violation: bool,
+    /// Where the logs, the history and the report go [default: a temporary directory, kept
+    /// only when the campaign fails].
+    #[arg(long)]
+    out: Option<PathBuf>,
+}
+
+fn parse_kind(text: &str) -> Result<Kind, String> {
+    Kind::ALL
+        .iter()
+        .copied()
+        .find(|k| k.name() == text)
+        .ok_or_else(|| {
+            let names: Vec<String> = Kind::ALL.iter().map(|k| k.name()).collect();
+            format!("expected one of {}, found {text:?}", names.join(", "))
+        })
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    match campaign(&args) {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::FAILURE,
+        Err(err) => {
+            eprintln!("campaign: error: {err:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn campaign(args: &Args) -> anyhow::Result<bool> {
+    let seed = args
+        .seed
+        .unwrap_or_else(|| clients::unix_ms() ^ u64::from(std::process::id()));
+    eprintln!("campaign: seed {seed} (replay with --seed {seed})");
+    let tools = Tools::find()?;
+    let (dir, keep) = match &args.out {
+        Some(out) => {
+            std::fs::create_dir_all(out)?;
+            (out.clone(), true)
+        }
+        None => (
+            tempfile::Builder::new()
+                .prefix("campaign-")
+                .tempdir()?
+                .keep(),
+            false,
+        ),
+    };
+    eprintln!("campaign: logs in {}", dir.display());
+    let nodes = usize::try_from(args.nodes)?;
+    let fleet = Fleet::start(tools, nodes, &dir).context("starting the fleet")?;
+    eprintln!(
+        "campaign: 3 etcd members and {nodes} nodes ready; faults for {} s",
+        args.duration_secs
+    );
+    let targets: Vec<Target> = fleet
+        .nodes
+        .iter()
+        .enumerate()
+        .map(|(i, n)| Target {
+            node: i,
+            http: n.http(),
+            grpc: n.grpc(),
+            thrift: n.thrift(),
+        })
+        .collect();
+    let fleet = Arc::new(Mutex::new(fleet));
+    let started = Instant::now();
+    let history: History = Arc::new(Mutex::new(Vec::new()));
+    let mut rng = Rng::new(seed);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let mut clients = Vec::new();
+    for target in &targets {
+        for protocol in [Protocol::Http, Protocol::Grpc, Protocol::Thrift] {
+            clients.push(runtime.spawn(clients::run(
+                target.clone(),
+                protocol,
+                started,
+                Arc::clone(&history),
+                rng.fork(),
+                Duration::from_millis(3),
+                stop_rx.clone(),
+            )));
+        }
+    }
+
+    // The schedule: every kind once first (in a seeded order), then at random.
+    let kinds: Vec<Kind> = if args.faults.is_empty() {
+        Kind::ALL.to_vec()
+    } else {
+        args.faults.clone()
+    };
+    let mut order: Vec<Kind> = kinds.clone();
+    for i in (1..order.len()).rev() {
+        let j = usize::try_from(rng.below(i as u64 + 1)).unwrap_or(0);
+        order.swap(i, j);
+    }
+    let busy = Arc::new(Mutex::new(Busy::default()));
+    let records: Arc<Mutex<Vec<Record>>> = Arc::new(Mutex::new(Vec::new()));
+    let deadline = started + Duration::from_secs(args.duration_secs);
+    let mut threads = Vec::new();
+    let mut next = 0usize;
+    let mut self_stops = Vec::new();
+    while Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(rng.between(300, 1500)));
+        for note in fleet.lock().expect("fleet").restart_exited() {
+            eprintln!(
+                "campaign: {:>6.1} s  {note}",
+                started.elapsed().as_secs_f64()
+            );
+            self_stops.push(note);
+        }
+        let active = threads
+            .iter()
+            .filter(|t: &&std::thread::JoinHandle<()>| !t.is_finished())
+            .count();
+        if active >= args.concurrent {
+            continue;
+        }
+        let kind = if next < order.len() {
+            order[next]
+        } else {
+            kinds[usize::try_from(rng.below(kinds.len() as u64)).unwrap_or(0)]
+        };
+        // A free target of the right kind.
+        let target = {
+            let busy = busy.lock().expect("busy");
+            let (count, taken) = if kind.on_etcd() {
+                (3, &busy.members)
+            } else {
+                (nodes, &busy.nodes)
+            };
+            // Never more than one etcd member down at a time: the cluster must keep a quorum
+            // for the fleet to be able to serve at all (that is a test of availability, not of
+            // safety, which the node faults already cover).
+            if kind.on_etcd() && !taken.is_empty() {
+                continue;
+            }
+            let free: Vec<usize> = (0..count).filter(|t| !taken.contains(t)).collect();
+            if free.is_empty() {
+                continue;
+            }
+            free[usize::try_from(rng.below(free.len() as u64)).unwrap_or(0)]
+        };
+        next += 1;
+        let hold = Duration::from_millis(rng.between(800, 4000));
+        let mut fault_rng = rng.fork();
+        {
+            let mut busy = busy.lock().expect("busy");
+            if kind.on_etcd() {
+                busy.members.push(target);
+            } else {
+                busy.nodes.push(target);
+            }
+        }
+        let (fleet, busy, records) = (Arc::clone(&fleet), Arc::clone(&busy), Arc::clone(&records));
+        eprintln!(
+            "campaign: {:>6.1} s  {} on {}{} for {} ms",
+            started.elapsed().as_secs_f64(),
+            kind.name(),
+            if kind.on_etcd() { "e" } else { "n" },
+            target + 1,
+            hold.as_millis()
+        );
+        threads.push(std::thread::spawn(move || {
+            let record = faults::apply(&fleet, kind, target, hold, &mut fault_rng, started);
+            if let Some(err) = &record.error {
+                eprintln!("campaign: {} on {}: {err}", kind.name(), record.target_name);
+            }
+            records.lock().expect("records").push(record);
+            let mut busy = busy.lock().expect("busy");
+            busy.members.retain(|&t| !kind.on_etcd() || t != target);
+            busy.nodes.retain(|&t| kind.on_etcd() || t != target);
+        }));
+    }
+    for thread in threads {
+        while !thread.is_finished() {
+            std::thread::sleep(Duration::from_millis(200));
+            self_stops.extend(fleet.lock().expect("fleet").restart_exited());
+        }
+        let _ = thread.join();
+    }
+    fleet::heal_all(&fleet.lock().expect("fleet"));
+    eprintln!("campaign: healed; every node must serve again");
+    // Every node serves again after healing (a lease may need its TTL to come free).
+    let mut recovery_failures = Vec::new();
+    let healed = Instant::now();
+    for i in 0..nodes {
+        loop {
+            self_stops.extend(fleet.lock().expect("fleet").restart_exited());
+            let ready = fleet
+                .lock()
+                .expect("fleet")
+                .wait_ready(i, Duration::from_millis(500));
+            match ready {
+                Ok(()) => break,
+                Err(err) if healed.elapsed() > Duration::from_secs(30) => {
+                    recovery_failures.push(format!("{err:#}"));
+                    break;
+                }
+                Err(_) => {}
+            }
+        }
+    }
+    eprintln!(
+        "campaign: every node served again {} ms after healing",
+        healed.elapsed().as_millis()
+    );
+    std::thread::sleep(Duration::from_secs(5));
+    let _ = stop_tx.send(true);
+    runtime.block_on(async {
+        for client in clients {
+            let _ = client.await;
+        }
+    });
+    let history = std::mem::take(&mut *history.lock().expect("history"));
+    let records = std::mem::take(&mut *records.lock().expect("records"));
+
+    // Stop every node gracefully, so the final marks are the exact ones, then read them.
+    {
+        let mut f = fleet.lock().expect("fleet");
+        for node in &mut f.nodes {
+            if let Some(mut proc) = node.proc.take() {
+                let _ = proc.signal("TERM");
+                proc.wait_exit(Duration::from_secs(10));
+            }
+        }
+    }
+    let f = fleet.lock().expect("fleet");
+    let mut marks = f.etcd_marks().context("reading the marks in etcd")?;
+    for ((_, d, w), ms) in f.local_marks() {
+        // The checker compares with the highest mark a pair has anywhere: a node's own
+        // directory holds the same marks as etcd or higher (reservations are written there
+        // first).
+        let entry = marks.entry((d, w)).or_insert(ms);
+        *entry = (*entry).max(ms);
+    }
+    let allowed_ahead_ms: Vec<u64> = (0..nodes)
+        .map(|n| {
+            let lasting = records
+                .iter()
+                .filter(|r| r.kind == Kind::ClockForwardLasting && r.target == n)
+                .map(|r| u64::try_from(r.offset_ms).unwrap_or(0))
+                .max()
+                .unwrap_or(0);
+            // Trusted time may run ahead of real time by a trusted step, and IDs may be dated
+            // up to the reservation beyond it (the issue limit is read before the clock is
+            // checked again: see docs/reliability.md).
+            lasting + fleet::MAX_CLOCK_STEP_MS + fleet::RESERVE_MS + 500
+        })
+        .collect();
+    let facts = check::Facts {
+        marks,
+        allowed_ahead_ms,
+    };
+    let (totals, violations) = check::check(&history, &facts, 5);
+    drop(f);
+
+    // The report.
+    let mut by_kind: BTreeMap<String, (u64, Vec<u64>)> = BTreeMap::new();
+    for record in &records {
+        let entry = by_kind.entry(record.kind.name()).or_default();
+        entry.0 += 1;
+        entry.1.push(recovery_ms(&history, record));
+    }
+    let missing: Vec<String> = kinds
+        .iter()
+        .filter(|k| !records.iter().any(|r| r.kind == **k && r.error.is_none()))
+        .map(|k| k.name())
+        .collect();
+    println!("seed {seed}: {} faults injected", records.len());
+    println!("| fault | injected | recovery after healing, median / max |");
+    println!("|---|---:|---:|");
+    for (kind, (count, mut recoveries)) in by_kind {
+        recoveries.sort_unstable();
+        let median = recoveries.get(recoveries.len() / 2).copied().unwrap_or(0);
+        let max = recoveries.last().copied().unwrap_or(0);
+        println!("| {kind} | {count} | {median} ms / {max} ms |");
+    }
+    println!(
+        "nodes that stopped by themselves and were restarted: {}",
+        self_stops.len()
+    );
+    println!(
+        "operations {} (answered with IDs {}, refused {}, unanswered {}); IDs checked {}",
+        totals.ops, totals.ops_ok, totals.ops_refused, totals.ops_no_answer, totals.ids
+    );
+    println!("violations: {}", violations.len());
+    for violation in &violations {
+        println!("  {}: {}", violation.rule, violation.detail);
+        for &op in &violation.ops {
+            println!(
+                "    {}",
+                serde_json::to_string(&history[op]).unwrap_or_default()
+            );
+            for record in records.iter().filter(|r| {
+                r.start_us <= history[op].received_us + 1_000_000
+                    && r.heal_us + 3_000_000 >= history[op].sent_us
+            }) {
+                println!(
+                    "      around it: {}",
+                    serde_json::to_string(record).unwrap_or_default()
+                );
+            }
+        }
+    }
+    let mut ok = if args.expect_violation {
+        if violations.is_empty() {
+            println!("FAILED: the self-test expected the checker to find a violation");
+        } else {
+            println!("(the self-test expected violations, and the checker found them)");
+        }
+        !violations.is_empty()
+    } else {
+        violations.is_empty()
+    };
+    if totals.ids < args.min_ids {
+        println!(
+            "FAILED: only {} IDs checked (--min-ids {})",
+            totals.ids, args.min_ids
+        );
+        ok = false;
+    }
+    if !missing.is_empty() {
+        println!(
+            "FAILED: never injected without an error: {}",
+            missing.join(", ")
+        );
+        ok = false;
+    }
+    for failure in &recovery_failures {
+        println!("FAILED: after healing, {failure}");
+        ok = false;
+    }
+    let report = serde_json::json!({
+        "seed": seed, "totals": totals, "faults": records, "self_stops": self_stops,
+        "violations": violations.iter().map(|v| serde_json::json!({"rule": v.rule, "detail": v.detail, "ops": v.ops})).collect::<Vec<_>>(),
+        "ok": ok,
+    });
+    std::fs::write(dir.join("report.json"), serde_json::to_vec_pretty(&report)?)?;
+    let mut lines = Vec::new();
+    for op in &history {
+        lines.extend(serde_json::to_vec(op)?);
+        lines.push(b'\n');
+    }
+    std::fs::write(dir.join("history.jsonl"), lines)?;
+    println!("{}", if ok { "OK" } else { "FAILED" });
+    drop(fleet);
+    if ok && !keep {
+        let _ = std::fs::remove_dir_all(&dir);
+    } else {
+        eprintln!(
+            "campaign: history, report and logs kept in {}",
+            dir.display()
+        );
+    }
+    Ok(ok)
+}
+
+/// How long after `record` healed its target served IDs again (ms); etcd faults count the
+/// first answer of any node.
+fn recovery_ms(history: &[clients::Op], record: &Record) -> u64 {
+    history
+        .iter()
+        .filter(|op| {
+            op.sent_us >= record.heal_us
+                && matches!(op.outcome, Outcome::Ids(_))
+                && (record.kind.on_etcd() || op.node == record.target)
+        })
+        .map(|op| op.received_us.saturating_sub(record.heal_us) / 1000)
+        .min()
+        .unwrap_or(u64::MAX)
+}
