@@ -1,6 +1,6 @@
 //! The faults, and the seeded schedule that applies several at a time.
 
-use crate::fleet::{Fleet, LEASE_TTL_SECS, PREFIX, set_clock_file};
+use crate::fleet::{Fleet, LEASE_TTL_SECS, set_clock_file};
 use crate::rng::Rng;
 use serde::Serialize;
 use std::sync::{Arc, Mutex};
@@ -16,14 +16,14 @@ pub enum Kind {
     GracefulRestart,
     /// SIGSTOP a node, SIGCONT it after the duration.
     PauseNode,
-    /// SIGSTOP an etcd member, SIGCONT it after the duration.
-    PauseEtcdMember,
-    /// Drop every packet between a node and all etcd members.
-    PartitionNodeFromEtcd,
-    /// Cut one etcd member off the others (and everyone).
-    IsolateEtcdMember,
+    /// SIGSTOP an etcd member or a ZooKeeper server, SIGCONT it after the duration.
+    PauseCoordinatorMember,
+    /// Drop every packet between a node and all members of the coordination service.
+    PartitionNodeFromCoordinator,
+    /// Cut one member of the coordination service off the others (and everyone).
+    IsolateCoordinatorMember,
     /// Cut whichever member leads.
-    IsolateEtcdLeader,
+    IsolateCoordinatorLeader,
     /// A node's clock 1–5 s behind.
     ClockBack,
     /// A node's clock 2–5 s ahead, back before it is trusted.
@@ -32,7 +32,7 @@ pub enum Kind {
     ClockForwardLasting,
     /// A node's clock 20 years ahead for a moment.
     ClockForwardHuge,
-    /// An operator deletes a node's claim key in etcd.
+    /// An operator deletes a held claim: an etcd claim key, or a node's ephemeral znode.
     DeleteClaim,
     /// The filesystem under a node's state directory fills up.
     FullDisk,
@@ -43,10 +43,10 @@ impl Kind {
         Kind::Kill9,
         Kind::GracefulRestart,
         Kind::PauseNode,
-        Kind::PauseEtcdMember,
-        Kind::PartitionNodeFromEtcd,
-        Kind::IsolateEtcdMember,
-        Kind::IsolateEtcdLeader,
+        Kind::PauseCoordinatorMember,
+        Kind::PartitionNodeFromCoordinator,
+        Kind::IsolateCoordinatorMember,
+        Kind::IsolateCoordinatorLeader,
         Kind::ClockBack,
         Kind::ClockForwardBrief,
         Kind::ClockForwardLasting,
@@ -55,11 +55,13 @@ impl Kind {
         Kind::FullDisk,
     ];
 
-    /// Whether the fault targets an etcd member (else a node).
+    /// Whether the fault targets a member of the coordination service (else a node).
     pub fn on_etcd(self) -> bool {
         matches!(
             self,
-            Kind::PauseEtcdMember | Kind::IsolateEtcdMember | Kind::IsolateEtcdLeader
+            Kind::PauseCoordinatorMember
+                | Kind::IsolateCoordinatorMember
+                | Kind::IsolateCoordinatorLeader
         )
     }
 
@@ -140,7 +142,7 @@ pub fn apply(
                 std::thread::sleep(hold);
                 signal_node(fleet, target, "CONT")?;
             }
-            Kind::PauseEtcdMember => {
+            Kind::PauseCoordinatorMember => {
                 fleet.lock().expect("fleet").members[target]
                     .proc
                     .signal("STOP")?;
@@ -149,7 +151,7 @@ pub fn apply(
                     .proc
                     .signal("CONT")?;
             }
-            Kind::PartitionNodeFromEtcd => {
+            Kind::PartitionNodeFromCoordinator => {
                 let (name, peers) = {
                     let f = fleet.lock().expect("fleet");
                     let peers: Vec<_> = f.members.iter().map(|m| m.ip).collect();
@@ -159,9 +161,9 @@ pub fn apply(
                 std::thread::sleep(hold);
                 fleet.lock().expect("fleet").lab.unblock(&name)?;
             }
-            Kind::IsolateEtcdMember | Kind::IsolateEtcdLeader => {
-                if kind == Kind::IsolateEtcdLeader {
-                    target = leader(&fleet.lock().expect("fleet")).unwrap_or(target);
+            Kind::IsolateCoordinatorMember | Kind::IsolateCoordinatorLeader => {
+                if kind == Kind::IsolateCoordinatorLeader {
+                    target = fleet.lock().expect("fleet").leader().unwrap_or(target);
                 }
                 let name = fleet.lock().expect("fleet").members[target].name.clone();
                 fleet.lock().expect("fleet").lab.set_link(&name, false)?;
@@ -212,19 +214,8 @@ pub fn apply(
                 std::fs::remove_file(&filler)?;
             }
             Kind::DeleteClaim => {
-                let f = fleet.lock().expect("fleet");
-                let keys = f.etcdctl(&[
-                    "get",
-                    "--prefix",
-                    "--keys-only",
-                    &format!("{PREFIX}/workers/"),
-                ])?;
-                let keys: Vec<&str> = keys.lines().filter(|l| !l.is_empty()).collect();
-                if !keys.is_empty() {
-                    let key = keys[usize::try_from(rng.below(keys.len() as u64)).unwrap_or(0)];
-                    f.etcdctl(&["del", key])?;
-                }
-                drop(f);
+                let pick = rng.next_u64();
+                fleet.lock().expect("fleet").delete_claim(pick)?;
                 std::thread::sleep(hold.min(Duration::from_secs(LEASE_TTL_SECS)));
             }
         }
@@ -255,22 +246,4 @@ fn signal_node(fleet: &Arc<Mutex<Fleet>>, node: usize, signal: &str) -> anyhow::
         Some(proc) => proc.signal(signal),
         None => Ok(()),
     }
-}
-
-/// The index of the member that leads, from `etcdctl endpoint status`.
-fn leader(fleet: &Fleet) -> Option<usize> {
-    let out = fleet.etcdctl(&["endpoint", "status", "-w", "json"]).ok()?;
-    let statuses: serde_json::Value = serde_json::from_str(&out).ok()?;
-    for status in statuses.as_array()? {
-        let id = status["Status"]["header"]["member_id"].as_u64()?;
-        let leader = status["Status"]["leader"].as_u64()?;
-        if id == leader {
-            let endpoint = status["Endpoint"].as_str()?;
-            return fleet
-                .members
-                .iter()
-                .position(|m| endpoint.contains(&m.ip.to_string()));
-        }
-    }
-    None
 }

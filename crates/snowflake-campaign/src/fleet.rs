@@ -11,6 +11,23 @@ use std::time::{Duration, Instant};
 
 /// The etcd key prefix of the campaign's fleet.
 pub const PREFIX: &str = "/campaign";
+/// The ZooKeeper path of the campaign's fleet (its marks are under `PATH-marks`).
+pub const ZK_PATH: &str = "/campaign-servers";
+/// The nodes' ZooKeeper session timeout: short, so that takeovers happen within a campaign.
+pub const ZK_SESSION_TIMEOUT_MS: u64 = 4000;
+/// ZooKeeper's jar and SLF4J's simple binding (Debian's `zookeeper`, `libslf4j-java`).
+const ZOOKEEPER_JAR: &str = "/usr/share/java/zookeeper.jar";
+const SLF4J_SIMPLE_JAR: &str = "/usr/share/java/slf4j-simple.jar";
+
+/// Where the nodes keep their worker ids.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// A 3-member etcd cluster: leases, claim keys, marks.
+    Etcd,
+    /// A 3-server ZooKeeper ensemble: ephemeral znodes, mark znodes (the 2010 layout).
+    Zookeeper,
+}
 /// Lease TTL of the nodes: short, so that takeovers happen within a campaign.
 pub const LEASE_TTL_SECS: u64 = 3;
 /// How long a forward clock step must hold before a node trusts it.
@@ -28,6 +45,7 @@ pub struct Tools {
     pub snowflake: PathBuf,
     pub etcd: PathBuf,
     pub etcdctl: PathBuf,
+    pub java: PathBuf,
     pub libfaketime: PathBuf,
 }
 
@@ -68,10 +86,14 @@ impl Tools {
         for tool in ["nft", "ip"] {
             which(tool)?;
         }
+        if !Path::new(ZOOKEEPER_JAR).exists() {
+            bail!("{ZOOKEEPER_JAR} is missing (Debian: zookeeper)");
+        }
         Ok(Tools {
             snowflake,
             etcd: which("etcd")?,
             etcdctl: which("etcdctl")?,
+            java: which("java")?,
             libfaketime,
         })
     }
@@ -115,6 +137,8 @@ impl Node {
 /// The fleet, and the lab it runs in (dropped last: it kills what is left).
 #[derive(Debug)]
 pub struct Fleet {
+    pub mode: Mode,
+    /// The coordination service's members: etcd members or ZooKeeper servers.
     pub members: Vec<Member>,
     pub nodes: Vec<Node>,
     pub tools: Tools,
@@ -142,54 +166,36 @@ impl Drop for Fleet {
 impl Fleet {
     /// Starts a 3-member etcd and `nodes` nodes; returns once etcd is healthy and every node is
     /// ready.
-    pub fn start(tools: Tools, nodes: usize, dir: &Path) -> anyhow::Result<Fleet> {
+    pub fn start(tools: Tools, mode: Mode, nodes: usize, dir: &Path) -> anyhow::Result<Fleet> {
         let mut lab = Lab::new()?;
         lab.connect_self()?;
-        let mut members = Vec::new();
-        let names: Vec<String> = (1..=3).map(|i| format!("e{i}")).collect();
+        let letter = match mode {
+            Mode::Etcd => "e",
+            Mode::Zookeeper => "z",
+        };
+        let names: Vec<String> = (1..=3).map(|i| format!("{letter}{i}")).collect();
         let ips: Vec<Ipv4Addr> = (0..3)
             .map(|i| lab.add_host(&names[i], 11 + u8::try_from(i).expect("3")))
             .collect::<anyhow::Result<_>>()?;
-        let cluster = names
-            .iter()
-            .zip(&ips)
-            .map(|(n, ip)| format!("{n}=http://{ip}:2380"))
-            .collect::<Vec<_>>()
-            .join(",");
-        for (name, ip) in names.iter().zip(&ips) {
-            let data = dir.join(format!("{name}.etcd"));
-            let args: Vec<String> = [
-                "--name",
-                name,
-                "--data-dir",
-                data.to_str().context("path")?,
-                "--listen-client-urls",
-                &format!("http://{ip}:2379"),
-                "--advertise-client-urls",
-                &format!("http://{ip}:2379"),
-                "--listen-peer-urls",
-                &format!("http://{ip}:2380"),
-                "--initial-advertise-peer-urls",
-                &format!("http://{ip}:2380"),
-                "--initial-cluster",
-                &cluster,
-                "--initial-cluster-state",
-                "new",
-                "--initial-cluster-token",
-                "campaign",
-                "--heartbeat-interval",
-                "100",
-                "--election-timeout",
-                "1000",
-            ]
-            .iter()
-            .map(ToString::to_string)
-            .collect();
+        let mut members = Vec::new();
+        for (i, (name, ip)) in names.iter().zip(&ips).enumerate() {
+            let (program, args, envs) = match mode {
+                Mode::Etcd => (
+                    tools.etcd.clone(),
+                    etcd_args(name, *ip, &names, &ips, dir)?,
+                    vec![],
+                ),
+                Mode::Zookeeper => (
+                    tools.java.clone(),
+                    zookeeper_args(i, *ip, &ips, dir)?,
+                    vec![],
+                ),
+            };
             let proc = lab.spawn(
                 name,
-                &tools.etcd,
+                &program,
                 &args,
-                &[],
+                &envs,
                 &dir.join(format!("{name}.log")),
             )?;
             members.push(Member {
@@ -199,13 +205,14 @@ impl Fleet {
             });
         }
         let mut fleet = Fleet {
+            mode,
             members,
             nodes: Vec::new(),
             tools,
             mounts: Vec::new(),
             lab,
         };
-        fleet.wait_etcd(Duration::from_secs(20))?;
+        fleet.wait_coordinator(Duration::from_secs(40))?;
         let endpoints = fleet.endpoints();
         for i in 0..nodes {
             let name = format!("n{}", i + 1);
@@ -238,12 +245,27 @@ impl Fleet {
                 &format!("{ip}:7609"),
                 "--advertise-addr",
                 &format!("{ip}:7609"),
-                "--etcd-endpoints",
+                match mode {
+                    Mode::Etcd => "--etcd-endpoints",
+                    Mode::Zookeeper => "--zookeeper",
+                },
                 &endpoints,
-                "--etcd-prefix",
-                PREFIX,
-                "--lease-ttl-secs",
-                &LEASE_TTL_SECS.to_string(),
+                match mode {
+                    Mode::Etcd => "--etcd-prefix",
+                    Mode::Zookeeper => "--zookeeper-path",
+                },
+                match mode {
+                    Mode::Etcd => PREFIX,
+                    Mode::Zookeeper => ZK_PATH,
+                },
+                match mode {
+                    Mode::Etcd => "--lease-ttl-secs",
+                    Mode::Zookeeper => "--zookeeper-session-timeout-ms",
+                },
+                &match mode {
+                    Mode::Etcd => LEASE_TTL_SECS.to_string(),
+                    Mode::Zookeeper => ZK_SESSION_TIMEOUT_MS.to_string(),
+                },
                 "--clock-step-trust-secs",
                 &TRUST_SECS.to_string(),
                 "--max-clock-step-ms",
@@ -292,13 +314,100 @@ impl Fleet {
         Ok(fleet)
     }
 
-    /// `http://IP:2379,…`
+    /// The nodes' `--etcd-endpoints` (`http://IP:2379,…`) or `--zookeeper` (`IP:2181,…`).
     pub fn endpoints(&self) -> String {
         self.members
             .iter()
-            .map(|m| format!("http://{}:2379", m.ip))
+            .map(|m| match self.mode {
+                Mode::Etcd => format!("http://{}:2379", m.ip),
+                Mode::Zookeeper => format!("{}:2181", m.ip),
+            })
             .collect::<Vec<_>>()
             .join(",")
+    }
+
+    /// A ZooKeeper session for the campaign's own reads and deletions, run to completion.
+    fn with_zookeeper<T>(
+        &self,
+        call: impl AsyncFnOnce(&zookeeper_client::Client) -> anyhow::Result<T>,
+    ) -> anyhow::Result<T> {
+        let servers = self.endpoints();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        runtime.block_on(async {
+            let connect = zookeeper_client::Client::connector()
+                .with_session_timeout(Duration::from_secs(6))
+                .connect(&servers);
+            let client = tokio::time::timeout(Duration::from_secs(8), connect)
+                .await
+                .context("no ZooKeeper session within 8 s")??;
+            tokio::time::timeout(Duration::from_secs(8), call(&client))
+                .await
+                .context("ZooKeeper did not answer within 8 s")?
+        })
+    }
+
+    /// An operator deletes one held claim: an etcd claim key, or a node's ephemeral znode.
+    /// Returns what was deleted (`None`: nothing was held).
+    pub fn delete_claim(&self, pick: u64) -> anyhow::Result<Option<String>> {
+        match self.mode {
+            Mode::Etcd => {
+                let keys = self.etcdctl(&[
+                    "get",
+                    "--prefix",
+                    "--keys-only",
+                    &format!("{PREFIX}/workers/"),
+                ])?;
+                let keys: Vec<&str> = keys.lines().filter(|l| !l.is_empty()).collect();
+                if keys.is_empty() {
+                    return Ok(None);
+                }
+                let key = keys[usize::try_from(pick % keys.len() as u64).unwrap_or(0)];
+                self.etcdctl(&["del", key])?;
+                Ok(Some(key.to_owned()))
+            }
+            Mode::Zookeeper => self.with_zookeeper(async |client| {
+                let mut workers = client.list_children(ZK_PATH).await?;
+                if workers.is_empty() {
+                    return Ok(None);
+                }
+                workers.sort();
+                let path = format!(
+                    "{ZK_PATH}/{}",
+                    workers[usize::try_from(pick % workers.len() as u64).unwrap_or(0)]
+                );
+                match client.delete(&path, None).await {
+                    Ok(()) | Err(zookeeper_client::Error::NoNode) => Ok(Some(path)),
+                    Err(e) => Err(e.into()),
+                }
+            }),
+        }
+    }
+
+    /// The index of the member that leads.
+    pub fn leader(&self) -> Option<usize> {
+        match self.mode {
+            Mode::Etcd => {
+                let out = self.etcdctl(&["endpoint", "status", "-w", "json"]).ok()?;
+                let statuses: serde_json::Value = serde_json::from_str(&out).ok()?;
+                for status in statuses.as_array()? {
+                    let id = status["Status"]["header"]["member_id"].as_u64()?;
+                    let leader = status["Status"]["leader"].as_u64()?;
+                    if id == leader {
+                        let endpoint = status["Endpoint"].as_str()?;
+                        return self
+                            .members
+                            .iter()
+                            .position(|m| endpoint.contains(&m.ip.to_string()));
+                    }
+                }
+                None
+            }
+            Mode::Zookeeper => self.members.iter().position(|m| {
+                four_letter(SocketAddr::from((m.ip, 2181)), "srvr").contains("Mode: leader")
+            }),
+        }
     }
 
     /// etcdctl against every member; its stdout.
@@ -319,18 +428,21 @@ impl Fleet {
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     }
 
-    fn wait_etcd(&self, timeout: Duration) -> anyhow::Result<()> {
+    fn wait_coordinator(&self, timeout: Duration) -> anyhow::Result<()> {
         let deadline = Instant::now() + timeout;
         loop {
-            if self
-                .etcdctl(&["put", &format!("{PREFIX}/ping"), "1"])
-                .is_ok()
-            {
+            let healthy = match self.mode {
+                Mode::Etcd => self
+                    .etcdctl(&["put", &format!("{PREFIX}/ping"), "1"])
+                    .is_ok(),
+                Mode::Zookeeper => self.leader().is_some(),
+            };
+            if healthy {
                 return Ok(());
             }
             if Instant::now() > deadline {
                 bail!(
-                    "etcd did not become healthy in {timeout:?}: {}",
+                    "the coordination service did not become healthy in {timeout:?}: {}",
                     self.members[0].proc.tail(20)
                 );
             }
@@ -398,24 +510,43 @@ impl Fleet {
         }
     }
 
-    /// The highest mark of each pair in etcd.
-    pub fn etcd_marks(&self) -> anyhow::Result<HashMap<(u64, u64), u64>> {
-        let out = self.etcdctl(&["get", "--prefix", &format!("{PREFIX}/marks/")])?;
-        let lines: Vec<&str> = out.lines().collect();
+    /// The highest mark of each pair in the coordination service.
+    pub fn fleet_marks(&self) -> anyhow::Result<HashMap<(u64, u64), u64>> {
         let mut marks = HashMap::new();
-        for pair in lines.chunks(2) {
-            let [key, value] = pair else { continue };
-            let mut parts = key.rsplit('/');
-            let (Some(w), Some(d)) = (parts.next(), parts.next()) else {
-                continue;
-            };
-            let (Ok(w), Ok(d)) = (w.parse::<u64>(), d.parse::<u64>()) else {
-                continue;
-            };
-            let json: serde_json::Value = serde_json::from_str(value)
-                .with_context(|| format!("mark {key} is not JSON: {value}"))?;
-            if let Some(ms) = json["high_water_ms"].as_u64() {
-                marks.insert((d, w), ms);
+        match self.mode {
+            Mode::Etcd => {
+                let out = self.etcdctl(&["get", "--prefix", &format!("{PREFIX}/marks/")])?;
+                let lines: Vec<&str> = out.lines().collect();
+                for pair in lines.chunks(2) {
+                    let [key, value] = pair else { continue };
+                    let mut parts = key.rsplit('/');
+                    let (Some(w), Some(d)) = (parts.next(), parts.next()) else {
+                        continue;
+                    };
+                    let (Ok(w), Ok(d)) = (w.parse::<u64>(), d.parse::<u64>()) else {
+                        continue;
+                    };
+                    if let Some(ms) = high_water_ms(value.as_bytes()) {
+                        marks.insert((d, w), ms);
+                    }
+                }
+            }
+            Mode::Zookeeper => {
+                let path = format!("{ZK_PATH}-marks");
+                let found = self.with_zookeeper(async |client| {
+                    let mut found = Vec::new();
+                    for worker in client.list_children(&path).await? {
+                        let (data, _) = client.get_data(&format!("{path}/{worker}")).await?;
+                        found.push((worker, data));
+                    }
+                    Ok(found)
+                })?;
+                for (worker, data) in found {
+                    if let (Ok(w), Some(ms)) = (worker.parse::<u64>(), high_water_ms(&data)) {
+                        // One path per datacenter: the campaign's nodes are datacenter 0.
+                        marks.insert((0, w), ms);
+                    }
+                }
             }
         }
         Ok(marks)
@@ -488,4 +619,112 @@ pub fn heal_all(fleet: &Fleet) {
         let _ = set_clock_file(&node.clock_file, "+0");
     }
     let _ = run("true", &[]);
+}
+
+/// `high_water_ms` of a mark's JSON.
+fn high_water_ms(value: &[u8]) -> Option<u64> {
+    serde_json::from_slice::<serde_json::Value>(value).ok()?["high_water_ms"].as_u64()
+}
+
+/// A ZooKeeper four-letter command's answer (empty without one).
+fn four_letter(addr: SocketAddr, command: &str) -> String {
+    use std::io::{Read, Write};
+    let Ok(mut tcp) = std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(500))
+    else {
+        return String::new();
+    };
+    let _ = tcp.set_read_timeout(Some(Duration::from_secs(1)));
+    let _ = tcp.write_all(command.as_bytes());
+    let mut out = String::new();
+    let _ = tcp.read_to_string(&mut out);
+    out
+}
+
+/// An etcd member's command line.
+fn etcd_args(
+    name: &str,
+    ip: Ipv4Addr,
+    names: &[String],
+    ips: &[Ipv4Addr],
+    dir: &Path,
+) -> anyhow::Result<Vec<String>> {
+    let cluster = names
+        .iter()
+        .zip(ips)
+        .map(|(n, ip)| format!("{n}=http://{ip}:2380"))
+        .collect::<Vec<_>>()
+        .join(",");
+    let data = dir.join(format!("{name}.etcd"));
+    Ok([
+        "--name",
+        name,
+        "--data-dir",
+        data.to_str().context("path")?,
+        "--listen-client-urls",
+        &format!("http://{ip}:2379"),
+        "--advertise-client-urls",
+        &format!("http://{ip}:2379"),
+        "--listen-peer-urls",
+        &format!("http://{ip}:2380"),
+        "--initial-advertise-peer-urls",
+        &format!("http://{ip}:2380"),
+        "--initial-cluster",
+        &cluster,
+        "--initial-cluster-state",
+        "new",
+        "--initial-cluster-token",
+        "campaign",
+        "--heartbeat-interval",
+        "100",
+        "--election-timeout",
+        "1000",
+    ]
+    .iter()
+    .map(ToString::to_string)
+    .collect())
+}
+
+/// A ZooKeeper server's command line: server `index` (0-based) of an ensemble
+/// of `ips`, tick 200 ms, its configuration and data under `dir`.
+fn zookeeper_args(
+    index: usize,
+    ip: Ipv4Addr,
+    ips: &[Ipv4Addr],
+    dir: &Path,
+) -> anyhow::Result<Vec<String>> {
+    let home = dir.join(format!("z{}.zk", index + 1));
+    let data = home.join("data");
+    std::fs::create_dir_all(&data)?;
+    std::fs::write(data.join("myid"), format!("{}\n", index + 1))?;
+    let mut config = format!(
+        "tickTime=200\ninitLimit=50\nsyncLimit=10\nmaxSessionTimeout=20000\n\
+         dataDir={}\nclientPort=2181\nclientPortAddress={ip}\nadmin.enableServer=false\n\
+         4lw.commands.whitelist=ruok,srvr,stat,mntr\n",
+        data.display()
+    );
+    for (i, peer) in ips.iter().enumerate() {
+        config.push_str(&format!("server.{}={peer}:2888:3888\n", i + 1));
+    }
+    let config_path = home.join("zoo.cfg");
+    std::fs::write(&config_path, config)?;
+    let mut class_path = format!("{}:{ZOOKEEPER_JAR}", home.display());
+    if Path::new(SLF4J_SIMPLE_JAR).exists() {
+        class_path.push(':');
+        class_path.push_str(SLF4J_SIMPLE_JAR);
+    }
+    let args = [
+        "-Xmx192m",
+        "-XX:+UseSerialGC",
+        "-XX:TieredStopAtLevel=1",
+        "-Dzookeeper.admin.enableServer=false",
+        "-Dzookeeper.forceSync=no",
+        "-cp",
+        &class_path,
+        "org.apache.zookeeper.server.quorum.QuorumPeerMain",
+        config_path.to_str().context("path")?,
+    ]
+    .iter()
+    .map(ToString::to_string)
+    .collect();
+    Ok(args)
 }

@@ -36,6 +36,9 @@ struct Args {
     /// more).
     #[arg(long, default_value_t = 60)]
     duration_secs: u64,
+    /// Where the nodes keep their worker ids: a 3-member etcd, or a 3-server ZooKeeper.
+    #[arg(long, value_enum, default_value = "etcd")]
+    mode: fleet::Mode,
     /// `snowflake serve` nodes, 5..=20.
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(5..=20))]
     nodes: u64,
@@ -46,9 +49,10 @@ struct Args {
     #[arg(long, default_value_t = 10_000)]
     min_ids: u64,
     /// Only these fault kinds, comma-separated [default: all of them]: kill9, graceful-restart,
-    /// pause-node, pause-etcd-member, partition-node-from-etcd, isolate-etcd-member,
-    /// isolate-etcd-leader, clock-back, clock-forward-brief, clock-forward-lasting,
-    /// clock-forward-huge, delete-claim.
+    /// pause-node, pause-coordinator-member, partition-node-from-coordinator,
+    /// isolate-coordinator-member, isolate-coordinator-leader, clock-back, clock-forward-brief, clock-forward-lasting,
+    /// clock-forward-huge, delete-claim, full-disk (the -coordinator- kinds hit etcd members or
+    /// ZooKeeper servers).
     #[arg(long, value_delimiter = ',', value_parser = parse_kind)]
     faults: Vec<Kind>,
     /// The self-test: succeed only if the checker finds a violation (run against a build with
@@ -105,10 +109,10 @@ fn campaign(args: &Args) -> anyhow::Result<bool> {
     };
     eprintln!("campaign: logs in {}", dir.display());
     let nodes = usize::try_from(args.nodes)?;
-    let fleet = Fleet::start(tools, nodes, &dir).context("starting the fleet")?;
+    let fleet = Fleet::start(tools, args.mode, nodes, &dir).context("starting the fleet")?;
     eprintln!(
-        "campaign: 3 etcd members and {nodes} nodes ready; faults for {} s",
-        args.duration_secs
+        "campaign: {:?} (3 members) and {nodes} nodes ready; faults for {} s",
+        args.mode, args.duration_secs
     );
     let targets: Vec<Target> = fleet
         .nodes
@@ -216,11 +220,14 @@ fn campaign(args: &Args) -> anyhow::Result<bool> {
         }
         let (fleet, busy, records) = (Arc::clone(&fleet), Arc::clone(&busy), Arc::clone(&records));
         eprintln!(
-            "campaign: {:>6.1} s  {} on {}{} for {} ms",
+            "campaign: {:>6.1} s  {} on {} for {} ms",
             started.elapsed().as_secs_f64(),
             kind.name(),
-            if kind.on_etcd() { "e" } else { "n" },
-            target + 1,
+            if kind.on_etcd() {
+                fleet.lock().expect("fleet").members[target].name.clone()
+            } else {
+                format!("n{}", target + 1)
+            },
             hold.as_millis()
         );
         threads.push(std::thread::spawn(move || {
@@ -288,7 +295,9 @@ fn campaign(args: &Args) -> anyhow::Result<bool> {
         }
     }
     let f = fleet.lock().expect("fleet");
-    let mut marks = f.etcd_marks().context("reading the marks in etcd")?;
+    let mut marks = f
+        .fleet_marks()
+        .context("reading the marks in the coordination service")?;
     for ((_, d, w), ms) in f.local_marks() {
         // The checker compares with the highest mark a pair has anywhere: a node's own
         // directory holds the same marks as etcd or higher (reservations are written there
@@ -329,7 +338,11 @@ fn campaign(args: &Args) -> anyhow::Result<bool> {
         .filter(|k| !records.iter().any(|r| r.kind == **k && r.error.is_none()))
         .map(|k| k.name())
         .collect();
-    println!("seed {seed}: {} faults injected", records.len());
+    println!(
+        "seed {seed}, mode {:?}: {} faults injected",
+        args.mode,
+        records.len()
+    );
     println!("| fault | injected | recovery after healing, median / max |");
     println!("|---|---:|---:|");
     for (kind, (count, mut recoveries)) in by_kind {
@@ -394,7 +407,7 @@ fn campaign(args: &Args) -> anyhow::Result<bool> {
         ok = false;
     }
     let report = serde_json::json!({
-        "seed": seed, "totals": totals, "faults": records, "self_stops": self_stops,
+        "seed": seed, "mode": args.mode, "totals": totals, "faults": records, "self_stops": self_stops,
         "violations": violations.iter().map(|v| serde_json::json!({"rule": v.rule, "detail": v.detail, "ops": v.ops})).collect::<Vec<_>>(),
         "ok": ok,
     });

@@ -309,7 +309,7 @@ impl IdsBody {
             out.push(b'"');
             self.next = (id < last).then_some((id + 1, last));
         }
-        self.remaining -= out.len() as u64;
+        self.remaining = self.remaining.saturating_sub(out.len() as u64);
         Some(bytes::Bytes::from(out))
     }
 }

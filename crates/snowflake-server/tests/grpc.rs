@@ -781,7 +781,10 @@ async fn a_draining_listener_refuses_new_connections_and_times_out_a_stalled_cal
 
     // A NextId call whose message never comes keeps its connection in the drain.
     let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let (mut h2, connection) = h2::client::handshake(tcp).await.unwrap();
+    let (mut h2, mut connection) = h2::client::handshake(tcp).await.unwrap();
+    let mut ping = connection
+        .ping_pong()
+        .expect("the connection's ping handle");
     tokio::spawn(connection);
     let request = http::Request::builder()
         .method("POST")
@@ -790,6 +793,10 @@ async fn a_draining_listener_refuses_new_connections_and_times_out_a_stalled_cal
         .body(())
         .unwrap();
     let (response, _body_never_sent) = h2.send_request(request, false).unwrap();
+    // The server answers a PING after the frames before it: once the pong is in, it has the
+    // call's headers (without this the drain could begin before the call reached it, and
+    // find nothing in flight).
+    ping.ping(h2::Ping::opaque()).await.unwrap();
 
     let stopping = tokio::spawn(server.stop());
     tokio::time::sleep(Duration::from_millis(300)).await;
