@@ -26,6 +26,8 @@ pub enum Kind {
     IsolateCoordinatorLeader,
     /// A node's clock 1–5 s behind.
     ClockBack,
+    /// A node's clock a day behind for a moment.
+    ClockBackHuge,
     /// A node's clock 2–5 s ahead, back before it is trusted.
     ClockForwardBrief,
     /// A node's clock 2–4 s ahead for longer than it takes to trust it.
@@ -39,7 +41,7 @@ pub enum Kind {
 }
 
 impl Kind {
-    pub const ALL: [Kind; 13] = [
+    pub const ALL: [Kind; 14] = [
         Kind::Kill9,
         Kind::GracefulRestart,
         Kind::PauseNode,
@@ -48,6 +50,7 @@ impl Kind {
         Kind::IsolateCoordinatorMember,
         Kind::IsolateCoordinatorLeader,
         Kind::ClockBack,
+        Kind::ClockBackHuge,
         Kind::ClockForwardBrief,
         Kind::ClockForwardLasting,
         Kind::ClockForwardHuge,
@@ -171,11 +174,13 @@ pub fn apply(
                 fleet.lock().expect("fleet").lab.set_link(&name, true)?;
             }
             Kind::ClockBack
+            | Kind::ClockBackHuge
             | Kind::ClockForwardBrief
             | Kind::ClockForwardLasting
             | Kind::ClockForwardHuge => {
                 let secs: i64 = match kind {
                     Kind::ClockBack => -i64::try_from(rng.between(1, 5)).unwrap_or(1),
+                    Kind::ClockBackHuge => -86_400,
                     Kind::ClockForwardBrief => i64::try_from(rng.between(2, 5)).unwrap_or(2),
                     Kind::ClockForwardLasting => i64::try_from(rng.between(2, 4)).unwrap_or(2),
                     _ => 631_152_000, // 20 years
@@ -183,7 +188,7 @@ pub fn apply(
                 offset_ms = secs * 1000;
                 let hold = match kind {
                     // Back before it is trusted (trust takes TRUST_SECS).
-                    Kind::ClockForwardBrief | Kind::ClockForwardHuge => {
+                    Kind::ClockForwardBrief | Kind::ClockForwardHuge | Kind::ClockBackHuge => {
                         hold.min(Duration::from_millis(1500))
                     }
                     // Held well past the trust period.

@@ -5,6 +5,7 @@
 //! (see `check.rs` for the rules). A failing run prints the seed and the operations around each
 //! violation. Run as root: `scripts/campaign` (or see `--help`).
 
+mod chart;
 mod check;
 mod clients;
 mod faults;
@@ -50,7 +51,7 @@ struct Args {
     min_ids: u64,
     /// Only these fault kinds, comma-separated [default: all of them]: kill9, graceful-restart,
     /// pause-node, pause-coordinator-member, partition-node-from-coordinator,
-    /// isolate-coordinator-member, isolate-coordinator-leader, clock-back, clock-forward-brief, clock-forward-lasting,
+    /// isolate-coordinator-member, isolate-coordinator-leader, clock-back, clock-back-huge, clock-forward-brief, clock-forward-lasting,
     /// clock-forward-huge, delete-claim, full-disk (the -coordinator- kinds hit etcd members or
     /// ZooKeeper servers).
     #[arg(long, value_delimiter = ',', value_parser = parse_kind)]
@@ -327,11 +328,13 @@ fn campaign(args: &Args) -> anyhow::Result<bool> {
     drop(f);
 
     // The report.
-    let mut by_kind: BTreeMap<String, (u64, Vec<u64>)> = BTreeMap::new();
+    let ok_ops = successes(&history, nodes);
+    let mut by_kind: BTreeMap<String, (u64, Vec<u64>, Vec<u64>)> = BTreeMap::new();
     for record in &records {
         let entry = by_kind.entry(record.kind.name()).or_default();
         entry.0 += 1;
-        entry.1.push(recovery_ms(&history, record));
+        entry.1.push(outage_ms(&ok_ops, record));
+        entry.2.push(recovery_ms(&ok_ops, record));
     }
     let missing: Vec<String> = kinds
         .iter()
@@ -343,13 +346,25 @@ fn campaign(args: &Args) -> anyhow::Result<bool> {
         args.mode,
         records.len()
     );
-    println!("| fault | injected | recovery after healing, median / max |");
-    println!("|---|---:|---:|");
-    for (kind, (count, mut recoveries)) in by_kind {
-        recoveries.sort_unstable();
-        let median = recoveries.get(recoveries.len() / 2).copied().unwrap_or(0);
-        let max = recoveries.last().copied().unwrap_or(0);
-        println!("| {kind} | {count} | {median} ms / {max} ms |");
+    println!(
+        "| fault | injected | longest time without an ID, median / max | recovery after healing, median / max |"
+    );
+    println!("|---|---:|---:|---:|");
+    let median_max = |mut v: Vec<u64>| {
+        v.sort_unstable();
+        let median = v.get(v.len() / 2).copied().unwrap_or(0);
+        let max = v.last().copied().unwrap_or(0);
+        format!("{median} ms / {max} ms")
+    };
+    let mut table = Vec::new();
+    for (kind, (count, outages, recoveries)) in by_kind {
+        let row = format!(
+            "| {kind} | {count} | {} | {} |",
+            median_max(outages),
+            median_max(recoveries)
+        );
+        println!("{row}");
+        table.push(row);
     }
     println!(
         "nodes that stopped by themselves and were restarted: {}",
@@ -407,7 +422,7 @@ fn campaign(args: &Args) -> anyhow::Result<bool> {
         ok = false;
     }
     let report = serde_json::json!({
-        "seed": seed, "mode": args.mode, "totals": totals, "faults": records, "self_stops": self_stops,
+        "seed": seed, "mode": args.mode, "duration_secs": args.duration_secs, "table": table, "totals": totals, "faults": records, "self_stops": self_stops,
         "violations": violations.iter().map(|v| serde_json::json!({"rule": v.rule, "detail": v.detail, "ops": v.ops})).collect::<Vec<_>>(),
         "ok": ok,
     });
@@ -418,6 +433,19 @@ fn campaign(args: &Args) -> anyhow::Result<bool> {
         lines.push(b'\n');
     }
     std::fs::write(dir.join("history.jsonl"), lines)?;
+    let title = format!(
+        "snowflake-campaign --mode {:?} --seed {seed} --duration-secs {}: {} IDs, {} faults, {} violations",
+        args.mode,
+        args.duration_secs,
+        totals.ids,
+        records.len(),
+        violations.len()
+    )
+    .to_lowercase();
+    std::fs::write(
+        dir.join("timeline.svg"),
+        chart::timeline(&history, &records, nodes, &title),
+    )?;
     println!("{}", if ok { "OK" } else { "FAILED" });
     drop(fleet);
     if ok && !keep {
@@ -431,17 +459,65 @@ fn campaign(args: &Args) -> anyhow::Result<bool> {
     Ok(ok)
 }
 
-/// How long after `record` healed its target served IDs again (ms); etcd faults count the
-/// first answer of any node.
-fn recovery_ms(history: &[clients::Op], record: &Record) -> u64 {
-    history
-        .iter()
-        .filter(|op| {
-            op.sent_us >= record.heal_us
-                && matches!(op.outcome, Outcome::Ids(_))
-                && (record.kind.on_etcd() || op.node == record.target)
+/// Each node's successful operations as (sent, received) in µs, sorted by when they were sent:
+/// the index the availability figures are read from.
+fn successes(history: &[clients::Op], nodes: usize) -> Vec<Vec<(u64, u64)>> {
+    let mut per_node = vec![Vec::new(); nodes];
+    for op in history {
+        if matches!(op.outcome, Outcome::Ids(_)) && op.node < nodes {
+            per_node[op.node].push((op.sent_us, op.received_us));
+        }
+    }
+    for ops in &mut per_node {
+        ops.sort_unstable();
+    }
+    per_node
+}
+
+/// The nodes a fault hits: its target node, or for faults of the coordination service all.
+fn targets(record: &Record, nodes: usize) -> Vec<usize> {
+    if record.kind.on_etcd() {
+        (0..nodes).collect()
+    } else {
+        vec![record.target]
+    }
+}
+
+/// The longest time (ms) one of the fault's targets went without an answer with IDs, from the
+/// fault's start until it served again after healing (the worst node, for faults of the
+/// coordination service). Clients ask every 3 ms, so a healthy node's gap is a few ms.
+fn outage_ms(ok: &[Vec<(u64, u64)>], record: &Record) -> u64 {
+    targets(record, ok.len())
+        .into_iter()
+        .map(|node| {
+            let ops = &ok[node];
+            let from = ops.partition_point(|&(sent, _)| sent < record.start_us);
+            let mut last = record.start_us;
+            let mut longest = 0;
+            for &(_, received) in &ops[from..] {
+                longest = longest.max(received.saturating_sub(last));
+                last = received;
+                if received > record.heal_us {
+                    break;
+                }
+            }
+            longest / 1000
         })
-        .map(|op| op.received_us.saturating_sub(record.heal_us) / 1000)
+        .max()
+        .unwrap_or(0)
+}
+
+/// How long after `record` healed its target served IDs again (ms): the first request sent
+/// after healing that got IDs (for faults of the coordination service, the first of any node).
+fn recovery_ms(ok: &[Vec<(u64, u64)>], record: &Record) -> u64 {
+    targets(record, ok.len())
+        .into_iter()
+        .filter_map(|node| {
+            let ops = &ok[node];
+            let at = ops.partition_point(|&(sent, _)| sent < record.heal_us);
+            ops.get(at)
+                .map(|&(_, received)| received.saturating_sub(record.heal_us) / 1000)
+        })
         .min()
         .unwrap_or(u64::MAX)
 }
