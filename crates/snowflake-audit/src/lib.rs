@@ -127,7 +127,7 @@ pub struct Auditor {
     /// How many records the buffer holds before it is spilled.
     run_records: usize,
     /// The runs spilled so far.
-    spill: SpillDebug,
+    spill: Spill,
     /// Each input's name and the global number of its first line.
     sources: Vec<(String, u64)>,
     /// Lines read over all inputs (the next line's global number).
@@ -144,25 +144,13 @@ pub struct Auditor {
     bytes: u64,
 }
 
-/// [`Spill`] with a `Debug` that says only what matters.
-struct SpillDebug(Spill);
-
-impl std::fmt::Debug for SpillDebug {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Spill")
-            .field("runs", &self.0.runs())
-            .field("bytes", &self.0.bytes())
-            .finish()
-    }
-}
-
 impl Auditor {
     /// An empty audit. The memory budget is raised to [`MIN_MEMORY_BYTES`] if below it.
     pub fn new(options: Options) -> Auditor {
         // Half for the records, half for the radix sort's scratch copy of them.
         let run_records = options.memory_bytes.max(MIN_MEMORY_BYTES) / (2 * RECORD_BYTES);
         Auditor {
-            spill: SpillDebug(Spill::new(&options.temp_dir)),
+            spill: Spill::new(&options.temp_dir),
             options,
             // Grown as needed (never past `run_records`), so a small audit stays small.
             records: Vec::new(),
@@ -261,7 +249,7 @@ impl Auditor {
                     }
                 }
                 if self.records.len() == self.run_records {
-                    self.spill.0.spill(&mut self.records)?;
+                    self.spill.spill(&mut self.records)?;
                 }
                 if self.records.len() == self.records.capacity() {
                     // Double, but never past the run's size.
@@ -308,8 +296,8 @@ impl Auditor {
             lines.clear();
         };
         let buffer_bytes =
-            (self.options.memory_bytes / 4 / (self.spill.0.runs() + 1)).clamp(4 << 10, 256 << 10);
-        self.spill.0.merge(
+            (self.options.memory_bytes / 4 / (self.spill.runs() + 1)).clamp(4 << 10, 256 << 10);
+        self.spill.merge(
             &mut self.records,
             buffer_bytes,
             |record| match &mut current {
@@ -388,8 +376,8 @@ impl Auditor {
                 })
                 .collect(),
             inputs: self.sources.iter().map(|(name, _)| name.clone()).collect(),
-            spilled_runs: self.spill.0.runs(),
-            spilled_bytes: self.spill.0.bytes(),
+            spilled_runs: self.spill.runs(),
+            spilled_bytes: self.spill.bytes(),
         })
     }
 

@@ -52,6 +52,16 @@ pub(crate) struct Spill {
     runs: Vec<RunExtent>,
 }
 
+impl std::fmt::Debug for Spill {
+    /// What matters: how many runs, how many bytes (not the file handle or every extent).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Spill")
+            .field("runs", &self.runs.len())
+            .field("bytes", &self.written)
+            .finish()
+    }
+}
+
 impl Spill {
     pub(crate) fn new(dir: &Path) -> Spill {
         Spill {

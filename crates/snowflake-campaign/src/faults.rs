@@ -116,13 +116,13 @@ pub fn apply(
     let result: anyhow::Result<()> = (|| {
         match kind {
             Kind::Kill9 => {
-                let mut f = fleet.lock().expect("fleet");
-                if let Some(mut proc) = f.nodes[target].proc.take() {
+                // Taken out under the lock, killed and waited for outside it.
+                let proc = fleet.lock().expect("fleet").nodes[target].proc.take();
+                if let Some(mut proc) = proc {
                     proc.signal("CONT")?;
                     proc.signal("KILL")?;
                     proc.wait_exit(Duration::from_secs(5));
                 }
-                drop(f);
                 std::thread::sleep(hold);
                 fleet.lock().expect("fleet").start_node(target)?;
             }

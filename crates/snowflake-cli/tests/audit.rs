@@ -45,7 +45,10 @@ fn json(output: &Output) -> serde_json::Value {
 }
 
 fn id(ms: u64, datacenter: u64, worker: u64, sequence: u64) -> u64 {
-    ((ms - 1_288_834_974_657) << 22) | (datacenter << 17) | (worker << 12) | sequence
+    snowflake_core::Layout::TWITTER
+        .encode(ms, datacenter, worker, sequence)
+        .unwrap()
+        .as_u64()
 }
 
 fn write(dir: &Path, name: &str, text: &str) -> String {
