@@ -279,6 +279,10 @@ fn run(cli: Cli) -> anyhow::Result<()> {
 /// `snowflake serve`: configuration errors exit 2 before anything is bound; start-up failures
 /// exit 1; a graceful stop on SIGTERM/SIGINT exits 0.
 fn serve(args: &ServeArgs, epoch_ms: Option<&str>) -> ExitCode {
+    // Trusted time starts here, before the claim or the peer check (which can take seconds):
+    // a clock that steps during the start is then a step like any other, not the anchor.
+    let clock: Arc<dyn snowflake_core::Clock> = Arc::new(snowflake_core::SystemClock);
+    let anchor = snowflake_server::clock_trust::ClockAnchor::now(clock.as_ref());
     let config = match Config::resolve(args, epoch_ms) {
         Ok(config) => config,
         Err(err) => {
@@ -304,7 +308,6 @@ fn serve(args: &ServeArgs, epoch_ms: Option<&str>) -> ExitCode {
     let result = runtime.block_on(async {
         let shutdown = shutdown_signal()?;
         tracing::info!(version = env!("CARGO_PKG_VERSION"), ?config, "starting");
-        let clock: Arc<dyn snowflake_core::Clock> = Arc::new(snowflake_core::SystemClock);
         let listeners = Listeners::bind(&config).await?;
         let mut config = config;
         let coordinator = match &config.etcd {
@@ -324,7 +327,7 @@ fn serve(args: &ServeArgs, epoch_ms: Option<&str>) -> ExitCode {
                 None => None,
             },
         };
-        let node = match Node::with_coordinator(&config, clock, coordinator.clone()) {
+        let node = match Node::with_coordinator(&config, clock, anchor, coordinator.clone()) {
             Ok(node) => node,
             Err(err) => {
                 // Nothing was issued: give the pair back at once rather than at lease expiry.

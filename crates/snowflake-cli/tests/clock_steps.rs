@@ -5,7 +5,9 @@
 
 use crate::etcd_cluster::EtcdCluster;
 use crate::support::{FakeClock, Serve, ServeProcess, state_file};
-use crate::support::{assert_exit, now_ms, temp_dir, timestamp_ms};
+use crate::support::{assert_exit, now_ms, temp_dir, timestamp_ms, worker_of};
+use crate::zookeeper_fleet::{PATH, mark, zk_node_with_session};
+use crate::zookeeper_server::ZooKeeper;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -178,4 +180,75 @@ fn a_fleet_node_whose_clock_steps_years_ahead_writes_no_future_mark_in_etcd() {
     let next = restarted.get("/v1/id").ids()[0];
     assert!(next > old_max, "{next} after {old_max}");
     assert_exit(&restarted.stop_with("TERM"), 0);
+}
+
+// Found by the fault campaign (RELIABILITY.md): a node restarting in a ZooKeeper fleet spends
+// seconds in the 2010 peer check when a crashed peer's znode lingers (each silent peer costs a
+// 2 s call timeout). A clock stepped years ahead in that window was taken for the starting
+// reading: the node issued IDs, and wrote marks locally and in ZooKeeper, dated 20 years ahead.
+// The time the node trusts must be anchored when the process starts, so a step during the start
+// is a step like any other.
+#[test]
+fn a_clock_stepped_ahead_during_a_slow_zookeeper_start_is_not_trusted() {
+    const RESERVE_MS: u64 = 1000;
+    let zk = ZooKeeper::start();
+    // A registered peer that accepts connections (the kernel's backlog) and never answers.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    zk.create(PATH, "", false);
+    zk.create(
+        &format!("{PATH}/9"),
+        &silent.local_addr().unwrap().to_string(),
+        false,
+    );
+    let clock = FakeClock::new();
+    let dir = temp_dir();
+    let mut node = zk_node_with_session(&zk, dir.path(), 4000)
+        .args(["--reserve-ms", &RESERVE_MS.to_string()])
+        .faketime(&clock)
+        .spawn();
+    // Registration begins with the peer check, which waits on the silent peer.
+    node.wait_for_line("registering a worker id in ZooKeeper");
+    clock.set("+20y");
+    node.wait_listening();
+    let worker = worker_of(&node);
+
+    // While the clock reads 20 years ahead: nothing dated then, and a refusal that says why.
+    let stop = Arc::new(AtomicBool::new(false));
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let loader = load(node.addr(), Arc::clone(&stop), Arc::clone(&seen));
+    std::thread::sleep(Duration::from_millis(1500));
+    clock.set("+0");
+    // With the clock back, the node serves at once.
+    let back = Instant::now();
+    node.poll("/readyz", Duration::from_secs(5), |r| r.status == 200);
+    std::thread::sleep(Duration::from_millis(500));
+    stop.store(true, Ordering::Relaxed);
+    loader.join().unwrap();
+    let seen = Arc::try_unwrap(seen).unwrap().into_inner().unwrap();
+    assert_nothing_dated_ahead(
+        &seen,
+        RESERVE_MS,
+        "a node whose clock stepped while starting",
+    );
+    assert!(
+        seen.refusals.iter().any(|m| m.contains("stepped forward")),
+        "the refusals while the clock was ahead say it stepped forward: {:?}",
+        seen.refusals.iter().take(3).collect::<Vec<_>>()
+    );
+    assert!(back.elapsed() < Duration::from_secs(5));
+
+    // Neither mark was dated ahead: ZooKeeper's, and (after a graceful stop) the local one.
+    let zk_mark = mark(&zk, worker);
+    assert!(
+        zk_mark <= latest_allowed(now_ms(), RESERVE_MS),
+        "the mark in ZooKeeper is dated in the future: {}",
+        snowflake_core::format_unix_ms(zk_mark)
+    );
+    assert_exit(&node.stop_with("TERM"), 0);
+    let local = state_file(dir.path(), 0, u32::try_from(worker).unwrap());
+    assert!(
+        local["high_water_ms"].as_u64().unwrap() <= latest_allowed(now_ms(), RESERVE_MS),
+        "the local mark is dated in the future: {local}"
+    );
+    drop(silent);
 }

@@ -105,33 +105,8 @@ impl Serve {
     /// line; panics with everything it wrote to stderr if it exits or times out first.
     pub fn start(self) -> ServeProcess {
         let mut process = self.spawn();
-        let deadline = Instant::now() + START_TIMEOUT;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match process.lines.recv_timeout(left) {
-                Ok(line) => {
-                    if let Some(addr) = listening_addr(&line) {
-                        process.addr = Some(addr);
-                        return process;
-                    }
-                }
-                Err(RecvTimeoutError::Timeout) => {
-                    let _ = process.child.kill();
-                    panic!(
-                        "snowflake serve did not log its address within {START_TIMEOUT:?}; \
-                         stderr:\n{}",
-                        process.stderr()
-                    );
-                }
-                Err(RecvTimeoutError::Disconnected) => {
-                    let status = process.wait_exit(EXIT_TIMEOUT);
-                    panic!(
-                        "snowflake serve exited ({status}) before listening; stderr:\n{}",
-                        process.stderr()
-                    );
-                }
-            }
-        }
+        process.wait_listening();
+        process
     }
 
     /// Starts the process without waiting for anything.
@@ -215,6 +190,43 @@ pub struct ServeProcess {
 }
 
 impl ServeProcess {
+    /// Waits (at most [`START_TIMEOUT`]) for a stderr line containing `needle` that was not
+    /// consumed by an earlier wait, and returns it; panics with everything the process wrote to
+    /// stderr if it exits or times out first.
+    pub fn wait_for_line(&mut self, needle: &str) -> String {
+        let deadline = Instant::now() + START_TIMEOUT;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) if line.contains(needle) => return line,
+                Ok(_) => {}
+                Err(RecvTimeoutError::Timeout) => {
+                    let _ = self.child.kill();
+                    panic!(
+                        "snowflake serve logged no {needle:?} within {START_TIMEOUT:?}; \
+                         stderr:\n{}",
+                        self.stderr()
+                    );
+                }
+                Err(RecvTimeoutError::Disconnected) => {
+                    let status = self.wait_exit(EXIT_TIMEOUT);
+                    panic!(
+                        "snowflake serve exited ({status}) before logging {needle:?}; \
+                         stderr:\n{}",
+                        self.stderr()
+                    );
+                }
+            }
+        }
+    }
+
+    /// Waits for the `http listening` line of a [`Serve::spawn`]ed process and takes its
+    /// address (see [`ServeProcess::wait_for_line`]).
+    pub fn wait_listening(&mut self) {
+        let line = self.wait_for_line("http listening");
+        self.addr = Some(listening_addr(&line).unwrap_or_else(|| panic!("no address in {line:?}")));
+    }
+
     /// The bound HTTP address.
     pub fn addr(&self) -> SocketAddr {
         self.addr.expect("started with Serve::start")

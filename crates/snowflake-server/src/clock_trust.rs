@@ -21,7 +21,8 @@
 //!   however long it holds: no real correction moves a healthy clock that far, and a wrong clock
 //!   that stays wrong would poison the mark for as long as it was wrong. The node stays unready
 //!   and says so; an operator who has checked the clock restarts it (see below).
-//! - **At start** there is no anchor: the first reading is trusted (or the moment the last mark
+//! - **At start** there is no anchor: the first reading, taken when the process starts (before
+//!   claiming a lease or the peer check, which can take seconds), is trusted (or the moment the last mark
 //!   was written, if that is later: trusted time never goes back across restarts either). Nothing local can tell a long
 //!   downtime from a clock that is wrong, so a restart is the operator's word that the clock is
 //!   right. In a ZooKeeper fleet the 2010 peer check still refuses a clock more than
@@ -124,17 +125,49 @@ struct Anchor {
     pending: Option<(u64, Instant)>,
 }
 
+/// The first reading of the wall clock, and the monotonic instant it was taken at: where trusted
+/// time starts. Take it when the process starts, before anything slow (claiming a lease,
+/// the peer check), so a step during the start is a step like any other.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClockAnchor {
+    /// The wall clock (Unix ms).
+    pub wall_ms: u64,
+    /// The monotonic instant of `wall_ms`.
+    pub mono: Instant,
+}
+
+impl ClockAnchor {
+    /// Reads `clock` now.
+    pub fn now(clock: &dyn Clock) -> ClockAnchor {
+        let mono = Instant::now();
+        ClockAnchor {
+            wall_ms: clock.now_ms(),
+            mono,
+        }
+    }
+}
+
 impl ClockTrust {
     /// Anchors `clock` at its current reading.
     pub fn new(clock: Arc<dyn Clock>, max_step_ms: u64, trust_after: Duration) -> ClockTrust {
-        let base_ms = clock.now_ms();
+        let anchor = ClockAnchor::now(clock.as_ref());
+        ClockTrust::anchored(clock, anchor, max_step_ms, trust_after)
+    }
+
+    /// Anchors `clock` at an earlier reading (see [`ClockAnchor`]).
+    pub fn anchored(
+        clock: Arc<dyn Clock>,
+        anchor: ClockAnchor,
+        max_step_ms: u64,
+        trust_after: Duration,
+    ) -> ClockTrust {
         ClockTrust {
             clock,
             max_step_ms,
             trust_after,
             state: Mutex::new(Anchor {
-                base_ms,
-                base_mono: Instant::now(),
+                base_ms: anchor.wall_ms,
+                base_mono: anchor.mono,
                 pending: None,
             }),
         }
@@ -217,8 +250,8 @@ impl ClockTrust {
 
 #[cfg(test)]
 mod tests {
-    use super::{ClockTrust, MAX_AUTO_TRUSTED_STEP_MS, Reading};
-    use snowflake_core::ManualClock;
+    use super::{ClockAnchor, ClockTrust, MAX_AUTO_TRUSTED_STEP_MS, Reading};
+    use snowflake_core::{Clock, ManualClock};
     use std::sync::Arc;
     use std::time::{Duration, Instant};
 
@@ -257,6 +290,30 @@ mod tests {
             trust.judge(T0 + 1000, at(start, 7000)),
             Reading::Trusted { now_ms: T0 + 1000 }
         );
+    }
+
+    #[test]
+    fn a_step_between_the_anchor_and_the_start_is_a_step() {
+        // The process read the clock when it started; a slow start later, the clock reads 20
+        // years ahead when the node is built.
+        let clock = Arc::new(ManualClock::new(T0));
+        let anchor = ClockAnchor::now(clock.as_ref());
+        let twenty_years_ms = 20 * 365 * MAX_AUTO_TRUSTED_STEP_MS;
+        clock.set_ms(T0 + twenty_years_ms);
+        let trust = ClockTrust::anchored(
+            Arc::clone(&clock) as Arc<dyn Clock>,
+            anchor,
+            1000,
+            Duration::from_secs(10),
+        );
+        let Reading::Stepped(step) = trust.read() else {
+            panic!("a 20-year step taken for the anchor");
+        };
+        assert!(step.trusted_ms < T0 + 60_000, "{step:?}");
+        assert_eq!(step.needed, None, "never trusted automatically");
+        // Back to the real time: trusted at once.
+        clock.set_ms(T0 + 5);
+        assert!(matches!(trust.read(), Reading::Trusted { .. }));
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! The node: one generator shared by every front end, its restart-safety keeper, and the one
 //! place where requests are validated and refusals are explained.
 
-use crate::clock_trust::{ClockTrust, Reading, Step};
+use crate::clock_trust::{ClockAnchor, ClockTrust, Reading, Step};
 use crate::config::Config;
 use crate::fleet::{Coordinator, Fence, LeaseInfo};
 use crate::metrics::Metrics;
@@ -266,15 +266,19 @@ impl Node {
     /// Opens and locks the state directory, reads the node's mark, and builds a generator that
     /// is closed (issues nothing) until [`Node::start`] or the keeper opens it.
     pub fn new(config: &Config, clock: Arc<dyn Clock>) -> Result<Arc<Node>, StateError> {
-        Node::with_coordinator(config, clock, None)
+        let anchor = ClockAnchor::now(clock.as_ref());
+        Node::with_coordinator(config, clock, anchor, None)
     }
 
     /// [`Node::new`] for a pair leased from a coordination service (`config`'s datacenter and
     /// worker ids are the claimed pair): the node also stays above the mark the claim read,
-    /// obeys the lease's fence, and records every reservation there too.
+    /// obeys the lease's fence, and records every reservation there too. `anchor` is the
+    /// clock's reading when the process started, before the claim: trusted time starts there
+    /// (see [`crate::clock_trust`]), so a clock that stepped during a slow claim is not trusted.
     pub fn with_coordinator(
         config: &Config,
         clock: Arc<dyn Clock>,
+        anchor: ClockAnchor,
         coordinator: Option<Arc<dyn Coordinator>>,
     ) -> Result<Arc<Node>, StateError> {
         let layout = config.layout;
@@ -348,8 +352,9 @@ impl Node {
                 clock_step: None,
             }),
         });
-        let trust = ClockTrust::new(
+        let trust = ClockTrust::anchored(
             Arc::clone(&clock),
+            anchor,
             config.max_clock_step_ms,
             config.clock_step_trust,
         );

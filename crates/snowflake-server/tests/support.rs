@@ -70,12 +70,10 @@ impl TestServer {
         clock: ManualClock,
         coordinator: Option<Arc<dyn Coordinator>>,
     ) -> TestServer {
-        let node = Node::with_coordinator(
-            &config,
-            Arc::new(clock.clone()) as Arc<dyn Clock>,
-            coordinator,
-        )
-        .expect("node starts");
+        let node_clock = Arc::new(clock.clone()) as Arc<dyn Clock>;
+        let anchor = snowflake_server::clock_trust::ClockAnchor::now(node_clock.as_ref());
+        let node =
+            Node::with_coordinator(&config, node_clock, anchor, coordinator).expect("node starts");
         let listeners = Listeners::bind(&config).await.expect("binds");
         let addr = listeners.http_addr().expect("http on");
         let thrift_addr = listeners.thrift_addr();
