@@ -252,6 +252,53 @@ fn peers_refuse_another_datacenter_and_a_distant_clock() {
     assert_eq!(zk.children(PATH), ["0", "1"]);
 }
 
+// Found by the fault campaign: a node killed and restarted at the same address registers a new
+// worker while its old znode lingers (until the dead session expires), so the old znode's address
+// answers another worker id. Every other node refused to start until the session expired ("the
+// peer at ... registered as worker 3 says its worker id is 0"), though the peer is consistent:
+// it is registered under the worker it names, at that same address.
+#[test]
+fn the_peer_check_skips_a_lingering_znode_whose_address_now_serves_its_own_worker() {
+    let zk = ZooKeeper::start();
+    let dirs: Vec<_> = (0..3).map(|_| temp_dir()).collect();
+    let a = zk_node(&zk, dirs[0].path()).start();
+    let a_thrift = a.thrift_addr().to_string();
+    assert_eq!(worker_of(&a), 0);
+    // What the crashed previous run at a's address left: its znode, worker 3.
+    zk.create(&format!("{PATH}/3"), &a_thrift, false);
+
+    let b = zk_node(&zk, dirs[1].path()).start();
+    assert_eq!(worker_of(&b), 1, "b registered the lowest free worker");
+    assert_eq!(b.get("/v1/id").status, 200);
+    let warned = b
+        .stderr()
+        .lines()
+        .any(|l| l.contains("skipping") && l.contains(&format!("{PATH}/3")));
+    assert!(warned, "b says it skipped {PATH}/3:\n{}", b.stderr());
+
+    // A real mismatch still stops the start: a znode pointing at a node that is not registered
+    // under the worker it answers at that address (here, one registered under another path).
+    let other = zk_node(&zk, dirs[2].path())
+        .args(["--zookeeper-path", "/elsewhere"])
+        .start();
+    let other_thrift = other.thrift_addr().to_string();
+    assert_eq!(worker_of(&other), 0);
+    zk.create(&format!("{PATH}/4"), &other_thrift, false);
+    let c_dir = temp_dir();
+    let c = zk_node(&zk, c_dir.path()).run_to_exit();
+    assert_exit(&c, 1);
+    assert_mentions(
+        &c,
+        &[
+            "peer check failed",
+            &format!(
+                "the peer at {other_thrift} registered as worker 4 ({PATH}/4) says its worker id is 0"
+            ),
+        ],
+    );
+    assert!(!c.stderr.contains("http listening"));
+}
+
 #[test]
 fn after_kill_9_the_znode_lingers_until_the_session_expires_and_the_successor_stays_above() {
     // Long enough for ZooKeeper's own client to look at the lingering znode after the kill.

@@ -491,6 +491,23 @@ async fn check_peers(
         match answers.await {
             Ok((their_worker, their_datacenter, their_time, sent, received)) => {
                 if u64::try_from(their_worker).ok() != Some(worker) {
+                    // A node killed and restarted at the same address registered another worker
+                    // while its old znode lingers (until the dead session expires): consistent,
+                    // if the worker it names is registered at this address. That znode is checked
+                    // in its own turn.
+                    let own = format!("{}/{their_worker}", config.path);
+                    let registered = bounded(timeout, client.get_data(&own)).await;
+                    if matches!(&registered, Ok((data, _)) if data.as_slice() == addr.as_bytes()) {
+                        tracing::warn!(
+                            peer = %addr,
+                            znode = %path,
+                            registered = %own,
+                            "skipping a lingering znode: its address now serves the worker \
+                             registered at {own} (a node restarted there before its previous \
+                             session expired)"
+                        );
+                        continue;
+                    }
                     return Err(RegisterError::Peer(format!(
                         "the peer at {addr} registered as worker {worker} ({path}) says its worker \
                          id is {their_worker}"
