@@ -5,8 +5,12 @@
 //!    worker) pair, if one was answered before the other was sent, all its IDs are smaller.
 //!    (Across a takeover too: the successor must issue above everything its predecessor did.)
 //! 3. **Under the marks**: no ID of a pair is dated after the highest mark written for that
-//!    pair (in the coordination service and in the state directories), read at the end; marks
-//!    are written before IDs are issued under them and never go down.
+//!    pair (in the coordination service and in the state directories), read at the end; and at
+//!    every moment: each mark read while the campaign ran (twice a second, in the coordination
+//!    service and in each node's state directory) is at least the timestamp of every ID of its
+//!    pair received before the read began (from that node, for a state directory). Marks are
+//!    written before IDs are issued under them, a graceful stop's exact mark still covers every
+//!    ID, and no write may lower one (a late, reordered write would show here).
 //! 4. **Not from the future**: no ID is dated more than its node's allowance ahead of the
 //!    campaign's clock when it was answered (the largest forward step the node may have
 //!    trusted, plus `--max-clock-step-ms`, plus slack).
@@ -32,6 +36,25 @@ pub struct Facts {
     pub marks: HashMap<(u64, u64), u64>,
     /// Per node slot: how far ahead of real time its IDs may be dated (ms).
     pub allowed_ahead_ms: Vec<u64>,
+    /// The marks read while the campaign ran.
+    pub samples: Vec<MarkSample>,
+}
+
+/// Where a mark was read: a node slot's state directory (`None`: the coordination service), and
+/// its (datacenter, worker) pair.
+type MarkSource = (Option<usize>, (u64, u64));
+
+/// A mark read while the campaign ran.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MarkSample {
+    /// When the read began, in microseconds since the campaign started (the clients' clock).
+    pub read_us: u64,
+    /// The node slot whose state directory held it; `None` for the coordination service.
+    pub node: Option<usize>,
+    /// (datacenter, worker).
+    pub pair: (u64, u64),
+    /// The mark (Unix ms).
+    pub mark_ms: u64,
 }
 
 /// Totals, for the report.
@@ -48,6 +71,7 @@ pub struct Totals {
 /// and its index in the history.
 #[derive(Debug, Clone, Copy)]
 struct PairOp {
+    node: usize,
     sent_us: u64,
     received_us: u64,
     low: u64,
@@ -112,6 +136,7 @@ pub fn check(history: &[Op], facts: &Facts, limit: usize) -> (Totals, Vec<Violat
         }
         for (pair, (low, high)) in by_pair {
             per_pair.entry(pair).or_default().push(PairOp {
+                node: op.node,
                 sent_us: op.sent_us,
                 received_us: op.received_us,
                 low,
@@ -172,6 +197,62 @@ pub fn check(history: &[Op], facts: &Facts, limit: usize) -> (Totals, Vec<Violat
                 ),
                 ops: vec![index],
             });
+        }
+    }
+
+    // 3, at every moment: each mark read is at least every ID of its pair received before.
+    let mut by_source: HashMap<MarkSource, Vec<MarkSample>> = HashMap::new();
+    for sample in &facts.samples {
+        by_source
+            .entry((sample.node, sample.pair))
+            .or_default()
+            .push(*sample);
+    }
+    let mut sources: Vec<_> = by_source.into_iter().collect();
+    sources.sort_unstable_by_key(|(source, _)| *source);
+    for ((node, pair), mut samples) in sources {
+        let Some(ops) = per_pair.get(&pair) else {
+            continue;
+        };
+        let mut ops: Vec<PairOp> = ops
+            .iter()
+            .filter(|o| node.is_none_or(|n| o.node == n))
+            .copied()
+            .collect();
+        ops.sort_unstable_by_key(|o| o.received_us);
+        samples.sort_unstable_by_key(|s| s.read_us);
+        let mut done = 0;
+        let mut highest: Option<PairOp> = None;
+        for sample in samples {
+            while done < ops.len() && ops[done].received_us < sample.read_us {
+                if highest.is_none_or(|h| ops[done].high > h.high) {
+                    highest = Some(ops[done]);
+                }
+                done += 1;
+            }
+            let Some(earlier) = highest else { continue };
+            let high_ms = layout
+                .decode(SnowflakeId::new(earlier.high).unwrap_or(SnowflakeId::MAX))
+                .timestamp_ms;
+            if high_ms > sample.mark_ms && count(&violations, "mark") < limit {
+                let place = node.map_or("the coordination service".to_owned(), |n| {
+                    format!("node {n}'s state directory")
+                });
+                violations.push(Violation {
+                    rule: "mark",
+                    detail: format!(
+                        "{} was received before a read of {place} (at {:.3} s) found the mark of \
+                         datacenter {} worker {} at {}, {} ms below it",
+                        describe(&layout, earlier.high),
+                        sample.read_us as f64 / 1e6,
+                        pair.0,
+                        pair.1,
+                        sample.mark_ms,
+                        high_ms - sample.mark_ms
+                    ),
+                    ops: vec![earlier.index],
+                });
+            }
         }
     }
 
@@ -244,6 +325,7 @@ mod tests {
         Facts {
             marks: [((0, 0), T + 500), ((0, 1), T + 500)].into_iter().collect(),
             allowed_ahead_ms: vec![100; 3],
+            samples: Vec::new(),
         }
     }
 
@@ -318,5 +400,50 @@ mod tests {
             ..op(0, 0, 10, vec![])
         }];
         assert_eq!(rules(&silent, &facts()), ["reason"]);
+    }
+
+    #[test]
+    fn a_mark_read_below_an_id_received_earlier_is_a_violation() {
+        let sample = |read_us, node, mark_ms| MarkSample {
+            read_us,
+            node,
+            pair: (0, 0),
+            mark_ms,
+        };
+        // Node 0 issued an ID dated T + 100 (answered at 10 µs); node 1 one of the same pair,
+        // dated T + 300, after a takeover (answered at 50 µs).
+        let history = vec![
+            op(0, 0, 10, vec![id(T + 100, 0, 0)]),
+            op(1, 40, 50, vec![id(T + 300, 0, 0)]),
+        ];
+        let with = |samples: Vec<MarkSample>| Facts { samples, ..facts() };
+        // Reads at or above every ID answered before them: fine, and a read that began before
+        // an answer owes it nothing.
+        let fine = with(vec![
+            sample(5, None, T),
+            sample(20, None, T + 100),
+            sample(45, None, T + 100),
+            sample(60, None, T + 300),
+            sample(60, Some(0), T + 100),
+            sample(60, Some(1), T + 300),
+        ]);
+        assert!(rules(&history, &fine).is_empty());
+        // The mark in the coordination service went down for a moment (a late write), though
+        // the final one is above everything.
+        let lowered = with(vec![sample(60, None, T + 300), sample(70, None, T + 299)]);
+        let found = check(&history, &lowered, 10).1;
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(found[0].rule, "mark");
+        assert_eq!(found[0].ops, [1]);
+        assert!(found[0].detail.contains("the coordination service"));
+        assert!(found[0].detail.contains("1 ms below it"));
+        // A node's own directory is compared with that node's IDs only.
+        let local = with(vec![
+            sample(60, Some(0), T + 200),
+            sample(60, Some(1), T + 200),
+        ]);
+        let found = check(&history, &local, 10).1;
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert!(found[0].detail.contains("node 1's state directory"));
     }
 }

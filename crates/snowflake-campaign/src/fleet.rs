@@ -331,21 +331,7 @@ impl Fleet {
         &self,
         call: impl AsyncFnOnce(&zookeeper_client::Client) -> anyhow::Result<T>,
     ) -> anyhow::Result<T> {
-        let servers = self.endpoints();
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()?;
-        runtime.block_on(async {
-            let connect = zookeeper_client::Client::connector()
-                .with_session_timeout(Duration::from_secs(6))
-                .connect(&servers);
-            let client = tokio::time::timeout(Duration::from_secs(8), connect)
-                .await
-                .context("no ZooKeeper session within 8 s")??;
-            tokio::time::timeout(Duration::from_secs(8), call(&client))
-                .await
-                .context("ZooKeeper did not answer within 8 s")?
-        })
+        with_zookeeper(&self.endpoints(), call)
     }
 
     /// An operator deletes one held claim: an etcd claim key, or a node's ephemeral znode.
@@ -510,12 +496,80 @@ impl Fleet {
         }
     }
 
+    /// What reads the marks, usable without holding the fleet (reads can take seconds while
+    /// the coordination service is faulty).
+    pub fn mark_reader(&self) -> MarkReader {
+        MarkReader {
+            mode: self.mode,
+            etcdctl: self.tools.etcdctl.clone(),
+            endpoints: self.endpoints(),
+            state_dirs: self.nodes.iter().map(|n| n.state_dir.clone()).collect(),
+        }
+    }
+
     /// The highest mark of each pair in the coordination service.
     pub fn fleet_marks(&self) -> anyhow::Result<HashMap<(u64, u64), u64>> {
+        self.mark_reader().coordination()
+    }
+
+    /// The marks in every node's state directory: (node, datacenter, worker) → ms.
+    pub fn local_marks(&self) -> HashMap<(usize, u64, u64), u64> {
+        self.mark_reader().local()
+    }
+}
+
+/// A ZooKeeper session on `servers` for the campaign's own reads and deletions, run to
+/// completion.
+fn with_zookeeper<T>(
+    servers: &str,
+    call: impl AsyncFnOnce(&zookeeper_client::Client) -> anyhow::Result<T>,
+) -> anyhow::Result<T> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async {
+        let connect = zookeeper_client::Client::connector()
+            .with_session_timeout(Duration::from_secs(6))
+            .connect(servers);
+        let client = tokio::time::timeout(Duration::from_secs(8), connect)
+            .await
+            .context("no ZooKeeper session within 8 s")??;
+        tokio::time::timeout(Duration::from_secs(8), call(&client))
+            .await
+            .context("ZooKeeper did not answer within 8 s")?
+    })
+}
+
+/// Reads the marks: in the coordination service (linearizably: etcd's default read, and a
+/// ZooKeeper `sync` first, so a lagging server cannot answer an old mark) and in every node's
+/// state directory.
+#[derive(Debug, Clone)]
+pub struct MarkReader {
+    mode: Mode,
+    etcdctl: PathBuf,
+    endpoints: String,
+    state_dirs: Vec<PathBuf>,
+}
+
+impl MarkReader {
+    /// The mark of each pair in the coordination service.
+    pub fn coordination(&self) -> anyhow::Result<HashMap<(u64, u64), u64>> {
         let mut marks = HashMap::new();
         match self.mode {
             Mode::Etcd => {
-                let out = self.etcdctl(&["get", "--prefix", &format!("{PREFIX}/marks/")])?;
+                let out = Command::new(&self.etcdctl)
+                    .env("ETCDCTL_API", "3")
+                    .arg(format!("--endpoints={}", self.endpoints))
+                    .args(["--dial-timeout=1s", "--command-timeout=3s"])
+                    .args(["get", "--prefix", &format!("{PREFIX}/marks/")])
+                    .output()?;
+                if !out.status.success() {
+                    bail!(
+                        "etcdctl get: {}",
+                        String::from_utf8_lossy(&out.stderr).trim()
+                    );
+                }
+                let out = String::from_utf8_lossy(&out.stdout);
                 let lines: Vec<&str> = out.lines().collect();
                 for pair in lines.chunks(2) {
                     let [key, value] = pair else { continue };
@@ -533,7 +587,8 @@ impl Fleet {
             }
             Mode::Zookeeper => {
                 let path = format!("{ZK_PATH}-marks");
-                let found = self.with_zookeeper(async |client| {
+                let found = with_zookeeper(&self.endpoints, async |client| {
+                    client.sync(&path).await?;
                     let mut found = Vec::new();
                     for worker in client.list_children(&path).await? {
                         let (data, _) = client.get_data(&format!("{path}/{worker}")).await?;
@@ -553,13 +608,19 @@ impl Fleet {
     }
 
     /// The marks in every node's state directory: (node, datacenter, worker) → ms.
-    pub fn local_marks(&self) -> HashMap<(usize, u64, u64), u64> {
+    pub fn local(&self) -> HashMap<(usize, u64, u64), u64> {
         let mut marks = HashMap::new();
-        for (i, node) in self.nodes.iter().enumerate() {
-            let Ok(entries) = std::fs::read_dir(&node.state_dir) else {
+        for (i, dir) in self.state_dirs.iter().enumerate() {
+            let Ok(entries) = std::fs::read_dir(dir) else {
                 continue;
             };
             for entry in entries.flatten() {
+                // The marks themselves (`node-D-W.json`), not temporary files being written.
+                let name = entry.file_name();
+                let name = name.to_string_lossy();
+                if !(name.starts_with("node-") && name.ends_with(".json")) {
+                    continue;
+                }
                 let Ok(text) = std::fs::read_to_string(entry.path()) else {
                     continue;
                 };

@@ -22,6 +22,7 @@ use rng::Rng;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -64,6 +65,47 @@ struct Args {
     /// only when the campaign fails].
     #[arg(long)]
     out: Option<PathBuf>,
+}
+
+/// Reads every mark (each node's state directory, then the coordination service) every
+/// 500 ms until `sampling` is cleared; returns how many reads were made, and how many of the
+/// coordination service failed (a partitioned or frozen service cannot always answer).
+fn sample_marks(
+    reader: &fleet::MarkReader,
+    started: Instant,
+    samples: &Mutex<Vec<check::MarkSample>>,
+    sampling: &AtomicBool,
+) -> (u64, u64) {
+    let elapsed_us = || u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
+    let (mut reads, mut failed) = (0, 0);
+    while sampling.load(Ordering::Relaxed) {
+        let began = Instant::now();
+        let read_us = elapsed_us();
+        let local = reader.local();
+        let mut found: Vec<check::MarkSample> = local
+            .into_iter()
+            .map(|((node, d, w), mark_ms)| check::MarkSample {
+                read_us,
+                node: Some(node),
+                pair: (d, w),
+                mark_ms,
+            })
+            .collect();
+        let read_us = elapsed_us();
+        match reader.coordination() {
+            Ok(marks) => found.extend(marks.into_iter().map(|(pair, mark_ms)| check::MarkSample {
+                read_us,
+                node: None,
+                pair,
+                mark_ms,
+            })),
+            Err(_) => failed += 1,
+        }
+        reads += 1;
+        samples.lock().expect("samples").extend(found);
+        std::thread::sleep(Duration::from_millis(500).saturating_sub(began.elapsed()));
+    }
+    (reads, failed)
 }
 
 fn parse_kind(text: &str) -> Result<Kind, String> {
@@ -149,6 +191,15 @@ fn campaign(args: &Args) -> anyhow::Result<bool> {
             )));
         }
     }
+
+    // The marks, read twice a second while the campaign runs (rule 3 at every moment).
+    let samples: Arc<Mutex<Vec<check::MarkSample>>> = Arc::new(Mutex::new(Vec::new()));
+    let sampling = Arc::new(AtomicBool::new(true));
+    let sampler = {
+        let reader = fleet.lock().expect("fleet").mark_reader();
+        let (samples, sampling) = (Arc::clone(&samples), Arc::clone(&sampling));
+        std::thread::spawn(move || sample_marks(&reader, started, &samples, &sampling))
+    };
 
     // The schedule: every kind once first (in a seeded order), then at random.
     let kinds: Vec<Kind> = if args.faults.is_empty() {
@@ -282,6 +333,14 @@ fn campaign(args: &Args) -> anyhow::Result<bool> {
             let _ = client.await;
         }
     });
+    sampling.store(false, Ordering::Relaxed);
+    let (reads, failed_reads) = sampler.join().expect("the mark sampler");
+    let samples = std::mem::take(&mut *samples.lock().expect("samples"));
+    eprintln!(
+        "campaign: {} marks read in {reads} reads of the marks ({failed_reads} reads of the \
+         coordination service failed)",
+        samples.len()
+    );
     let history = std::mem::take(&mut *history.lock().expect("history"));
     let records = std::mem::take(&mut *records.lock().expect("records"));
 
@@ -323,6 +382,7 @@ fn campaign(args: &Args) -> anyhow::Result<bool> {
     let facts = check::Facts {
         marks,
         allowed_ahead_ms,
+        samples,
     };
     let (totals, violations) = check::check(&history, &facts, 5);
     drop(f);

@@ -252,3 +252,75 @@ fn a_clock_stepped_ahead_during_a_slow_zookeeper_start_is_not_trusted() {
     );
     drop(silent);
 }
+
+// Found by the fault campaign: a node that stops by itself (it lost its lease) is restarted at
+// once by its supervisor (systemd's `Restart=on-failure`, Kubernetes). When its clock read 20
+// years ahead at that moment, the new process trusted its first reading: it issued IDs, and
+// wrote marks, dated 2046. A restart on the same boot is no operator's word that the clock is
+// right: the kernel's boot-time clock says how long the node was down, so the wall clock can be
+// checked against the last time the previous run trusted.
+#[test]
+fn a_restart_while_the_clock_is_years_ahead_is_not_trusted_on_the_same_boot() {
+    const RESERVE_MS: u64 = 1000;
+    let clock = FakeClock::new();
+    let dir = temp_dir();
+    let serve = || {
+        Serve::new(dir.path())
+            .args(["--reserve-ms", &RESERVE_MS.to_string()])
+            .faketime(&clock)
+    };
+    for stop in ["KILL", "TERM"] {
+        let node = serve().start();
+        ready_within(&node, Duration::from_secs(5));
+        let before = node.get("/v1/id").ids()[0];
+        if stop == "KILL" {
+            node.kill9();
+        } else {
+            assert_exit(&node.stop_with("TERM"), 0);
+        }
+        clock.set("+20y");
+        let restarted = serve().start();
+        let stop_load = Arc::new(AtomicBool::new(false));
+        let seen = Arc::new(Mutex::new(Seen::default()));
+        let loader = load(restarted.addr(), Arc::clone(&stop_load), Arc::clone(&seen));
+        std::thread::sleep(Duration::from_millis(1500));
+        let unready = restarted.get("/readyz");
+        clock.set("+0");
+        let waited = ready_within(&restarted, Duration::from_secs(5));
+        std::thread::sleep(Duration::from_millis(300));
+        stop_load.store(true, Ordering::Relaxed);
+        loader.join().unwrap();
+        let seen = Arc::try_unwrap(seen).unwrap().into_inner().unwrap();
+        let what = format!("restarted after {stop} with the clock 20 years ahead");
+        assert_nothing_dated_ahead(&seen, RESERVE_MS, &what);
+        assert_eq!(unready.status, 503, "{what}: ready on a stepped clock");
+        assert!(
+            unready.body.contains("stepped forward"),
+            "{what}: /readyz says why: {unready:?}"
+        );
+        assert!(
+            waited < Duration::from_secs(5),
+            "{what}: ready after {waited:?}"
+        );
+        let after = restarted.get("/v1/id").ids()[0];
+        assert!(after > before, "{what}: {after} after {before}");
+        assert_exit(&restarted.stop_with("TERM"), 0);
+        let mark = state_file(dir.path(), 0, 0);
+        assert!(
+            mark["high_water_ms"].as_u64().unwrap() <= latest_allowed(now_ms(), RESERVE_MS),
+            "{what}: the mark on disk is dated in the future: {mark}"
+        );
+    }
+    // The documented way out when a step of more than a day is right: remove clock.json.
+    clock.set("+20y");
+    std::fs::remove_file(dir.path().join("clock.json")).expect("clock.json is there");
+    let trusted = serve().start();
+    ready_within(&trusted, Duration::from_secs(5));
+    let id = trusted.get("/v1/id").ids()[0];
+    assert!(
+        timestamp_ms(id) > now_ms() + 600_000_000_000,
+        "the operator's word trusts the new time: {}",
+        snowflake_core::format_unix_ms(timestamp_ms(id))
+    );
+    assert_exit(&trusted.stop_with("TERM"), 0);
+}

@@ -21,14 +21,21 @@
 //!   however long it holds: no real correction moves a healthy clock that far, and a wrong clock
 //!   that stays wrong would poison the mark for as long as it was wrong. The node stays unready
 //!   and says so; an operator who has checked the clock restarts it (see below).
-//! - **At start** there is no anchor: the first reading, taken when the process starts (before
-//!   claiming a lease or the peer check, which can take seconds), is trusted (or the moment the last mark
-//!   was written, if that is later: trusted time never goes back across restarts either). Nothing local can tell a long
-//!   downtime from a clock that is wrong, so a restart is the operator's word that the clock is
-//!   right. In a ZooKeeper fleet the 2010 peer check still refuses a clock more than
-//!   `--max-peer-skew-ms` off the peers' mean; a mark that a wrong clock wrote anyway (by an
-//!   older version, or a clock that was wrong since boot) is lowered with
-//!   `snowflake state lower-mark`.
+//! - **At start** there is no anchor yet. The first reading, taken when the process starts
+//!   (before claiming a lease or the peer check, which can take seconds), is checked against
+//!   the previous run's last trusted time, which every mark write also records with the
+//!   kernel's boot time (`clock.json` in the state directory). On the **same boot** the boot
+//!   time says exactly how long the node was down, so the clock should read that trusted time
+//!   plus the downtime (give or take the drift allowance and `--max-clock-step-ms`): a clock
+//!   further ahead is a forward step like any other, judged as above (a supervisor restarting a
+//!   node at once, while its clock is wrong, is no operator's word that the clock is right).
+//!   After a reboot, or without a previous run, nothing local can tell a long downtime from a
+//!   clock that is wrong: the first reading is trusted (or the moment the last mark was
+//!   written, if that is later: trusted time never goes back across restarts either). In a
+//!   ZooKeeper fleet the 2010 peer check still refuses a clock more than `--max-peer-skew-ms`
+//!   off the peers' mean. An operator who has checked that a step of more than a day is right
+//!   removes `clock.json` and restarts; a mark that a wrong clock wrote anyway (by an older
+//!   version, or a clock that was wrong since boot) is lowered with `snowflake state lower-mark`.
 
 use snowflake_core::Clock;
 use std::sync::{Arc, Mutex};
@@ -79,7 +86,8 @@ impl Step {
             ),
             None => format!(
                 "a step of more than a day ({MAX_AUTO_TRUSTED_STEP_MS} ms) is never trusted \
-                 while running: fix the clock, or restart the node if the new time is right"
+                 automatically: fix the clock, or, if the new time is right, remove clock.json \
+                 from the state directory and restart the node"
             ),
         };
         format!(
@@ -125,39 +133,124 @@ struct Anchor {
     pending: Option<(u64, Instant)>,
 }
 
-/// The first reading of the wall clock, and the monotonic instant it was taken at: where trusted
-/// time starts. Take it when the process starts, before anything slow (claiming a lease,
-/// the peer check), so a step during the start is a step like any other.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Where the machine's boot-time clock stands: which boot (the kernel's random boot id), and
+/// the time since it (`CLOCK_BOOTTIME`: monotonic, counting time suspended, never stepped).
+/// Across a restart of the process on the same boot, it says exactly how long the node was
+/// down, whatever the wall clock did meanwhile.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BootTime {
+    /// `/proc/sys/kernel/random/boot_id`.
+    pub boot_id: String,
+    /// Milliseconds since the boot.
+    pub since_boot_ms: u64,
+}
+
+impl BootTime {
+    /// Reads it now; `None` where the system does not tell (no `/proc`, another kernel).
+    pub fn now() -> Option<BootTime> {
+        static BOOT_ID: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+        let boot_id = BOOT_ID
+            .get_or_init(|| {
+                let text = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
+                let id = text.trim();
+                (!id.is_empty() && id.len() <= 64).then(|| id.to_owned())
+            })
+            .clone()?;
+        let since = rustix::time::clock_gettime(rustix::time::ClockId::Boottime);
+        let since_boot_ms = u64::try_from(since.tv_sec).ok()?.checked_mul(1000)?
+            + u64::try_from(since.tv_nsec).ok()? / 1_000_000;
+        Some(BootTime {
+            boot_id,
+            since_boot_ms,
+        })
+    }
+}
+
+/// The first reading of the wall clock, with the monotonic instant and the boot time it was
+/// taken at: where trusted time starts. Take it when the process starts, before anything slow
+/// (claiming a lease, the peer check), so a step during the start is a step like any other.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClockAnchor {
     /// The wall clock (Unix ms).
     pub wall_ms: u64,
     /// The monotonic instant of `wall_ms`.
     pub mono: Instant,
+    /// The boot time of `wall_ms`, where known.
+    pub boot: Option<BootTime>,
 }
 
 impl ClockAnchor {
     /// Reads `clock` now.
     pub fn now(clock: &dyn Clock) -> ClockAnchor {
         let mono = Instant::now();
+        let boot = BootTime::now();
         ClockAnchor {
             wall_ms: clock.now_ms(),
             mono,
+            boot,
         }
     }
+
+    /// Checks the anchor against `last`, the previous run's last trusted time: on the same
+    /// boot, the wall clock should read `last.trusted_ms` plus the boot time elapsed since
+    /// (give or take [`DRIFT_PER_MS`] and `max_step_ms`). Returns the time the clock should
+    /// read, if the two are comparable, and whether the wall clock is further ahead of it than
+    /// that: then the anchor is moved back to that time, so the first reading is judged as a
+    /// forward step (see the module docs).
+    pub fn check_against(&mut self, last: &TrustedPoint, max_step_ms: u64) -> Option<Checked> {
+        let boot = self.boot.as_ref()?;
+        if boot.boot_id != last.boot_id || boot.since_boot_ms < last.since_boot_ms {
+            return None;
+        }
+        let down_ms = boot.since_boot_ms - last.since_boot_ms;
+        let expected_ms = last.trusted_ms.saturating_add(down_ms);
+        let latest_ms = expected_ms.saturating_add(down_ms / DRIFT_PER_MS);
+        let stepped = self.wall_ms > latest_ms.saturating_add(max_step_ms);
+        if stepped {
+            self.wall_ms = latest_ms;
+        }
+        Some(Checked {
+            expected_ms,
+            down_ms,
+            stepped,
+        })
+    }
+}
+
+/// What [`ClockAnchor::check_against`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Checked {
+    /// The time the wall clock should read at the anchor (Unix ms).
+    pub expected_ms: u64,
+    /// How long the node was down.
+    pub down_ms: u64,
+    /// The wall clock is too far ahead of it: the anchor was moved back.
+    pub stepped: bool,
+}
+
+/// A time the node trusted, with the boot time it was trusted at (persisted in the state
+/// directory, so that the next run on the same boot can check its clock).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TrustedPoint {
+    /// The boot id.
+    pub boot_id: String,
+    /// Milliseconds since the boot.
+    pub since_boot_ms: u64,
+    /// Trusted time then (Unix ms).
+    pub trusted_ms: u64,
 }
 
 impl ClockTrust {
     /// Anchors `clock` at its current reading.
     pub fn new(clock: Arc<dyn Clock>, max_step_ms: u64, trust_after: Duration) -> ClockTrust {
         let anchor = ClockAnchor::now(clock.as_ref());
-        ClockTrust::anchored(clock, anchor, max_step_ms, trust_after)
+        ClockTrust::anchored(clock, &anchor, max_step_ms, trust_after)
     }
 
     /// Anchors `clock` at an earlier reading (see [`ClockAnchor`]).
     pub fn anchored(
         clock: Arc<dyn Clock>,
-        anchor: ClockAnchor,
+        anchor: &ClockAnchor,
         max_step_ms: u64,
         trust_after: Duration,
     ) -> ClockTrust {
@@ -184,6 +277,21 @@ impl ClockTrust {
         let current_ms = anchor.base_ms.saturating_add(elapsed_ms);
         anchor.base_ms = current_ms.max(trusted_ms);
         anchor.base_mono = now;
+    }
+
+    /// Trusted time now, with the boot time (`None` where the boot time is not known): the
+    /// latest time the node has trusted, which never goes back.
+    pub fn trusted_point(&self) -> Option<TrustedPoint> {
+        let anchor = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let boot = BootTime::now()?;
+        let now = Instant::now();
+        let elapsed_ms = u64::try_from(now.saturating_duration_since(anchor.base_mono).as_millis())
+            .unwrap_or(u64::MAX);
+        Some(TrustedPoint {
+            boot_id: boot.boot_id,
+            since_boot_ms: boot.since_boot_ms,
+            trusted_ms: anchor.base_ms.saturating_add(elapsed_ms),
+        })
     }
 
     /// Reads the wall clock and judges it.
@@ -250,7 +358,9 @@ impl ClockTrust {
 
 #[cfg(test)]
 mod tests {
-    use super::{ClockAnchor, ClockTrust, MAX_AUTO_TRUSTED_STEP_MS, Reading};
+    use super::{
+        BootTime, ClockAnchor, ClockTrust, MAX_AUTO_TRUSTED_STEP_MS, Reading, TrustedPoint,
+    };
     use snowflake_core::{Clock, ManualClock};
     use std::sync::Arc;
     use std::time::{Duration, Instant};
@@ -302,7 +412,7 @@ mod tests {
         clock.set_ms(T0 + twenty_years_ms);
         let trust = ClockTrust::anchored(
             Arc::clone(&clock) as Arc<dyn Clock>,
-            anchor,
+            &anchor,
             1000,
             Duration::from_secs(10),
         );
@@ -314,6 +424,66 @@ mod tests {
         // Back to the real time: trusted at once.
         clock.set_ms(T0 + 5);
         assert!(matches!(trust.read(), Reading::Trusted { .. }));
+    }
+
+    #[test]
+    fn at_start_on_the_same_boot_the_clock_is_checked_against_the_downtime() {
+        let last = TrustedPoint {
+            boot_id: "b1".into(),
+            since_boot_ms: 50_000,
+            trusted_ms: T0,
+        };
+        let anchor = |boot_id: &str, since_boot_ms, wall_ms| ClockAnchor {
+            wall_ms,
+            mono: Instant::now(),
+            boot: Some(BootTime {
+                boot_id: boot_id.into(),
+                since_boot_ms,
+            }),
+        };
+        // Down 10 s, the clock reads 10 s later: fine.
+        let mut a = anchor("b1", 60_000, T0 + 10_000);
+        let checked = a.check_against(&last, 1000).unwrap();
+        assert!(!checked.stepped);
+        assert_eq!(
+            (checked.expected_ms, checked.down_ms),
+            (T0 + 10_000, 10_000)
+        );
+        assert_eq!(a.wall_ms, T0 + 10_000);
+        // Down 10 s, the clock reads 20 years later: a step; the anchor moves back.
+        let twenty_years_ms = 20 * 365 * MAX_AUTO_TRUSTED_STEP_MS;
+        let mut a = anchor("b1", 60_000, T0 + twenty_years_ms);
+        assert!(a.check_against(&last, 1000).unwrap().stepped);
+        assert_eq!(a.wall_ms, T0 + 10_000 + 10);
+        // Down 10 days: drift of a thousandth (864 s) is allowed, more is a step.
+        let ten_days = 10 * MAX_AUTO_TRUSTED_STEP_MS;
+        let mut a = anchor("b1", 50_000 + ten_days, T0 + ten_days + 864_000 + 1000);
+        assert!(!a.check_against(&last, 1000).unwrap().stepped);
+        let mut a = anchor("b1", 50_000 + ten_days, T0 + ten_days + 866_000);
+        assert!(a.check_against(&last, 1000).unwrap().stepped);
+        // Behind is the generator's business (and trusted time is raised to the expected time).
+        let mut a = anchor("b1", 60_000, T0);
+        assert!(!a.check_against(&last, 1000).unwrap().stepped);
+        // Another boot, an older boot time, or no boot time: nothing to compare.
+        let mut a = anchor("b2", 60_000, T0 + twenty_years_ms);
+        assert_eq!(a.check_against(&last, 1000), None);
+        let mut a = anchor("b1", 40_000, T0 + twenty_years_ms);
+        assert_eq!(a.check_against(&last, 1000), None);
+        let mut a = ClockAnchor {
+            boot: None,
+            ..anchor("b1", 60_000, T0 + twenty_years_ms)
+        };
+        assert_eq!(a.check_against(&last, 1000), None);
+        assert_eq!(a.wall_ms, T0 + twenty_years_ms);
+    }
+
+    #[test]
+    fn the_boot_time_is_read_and_advances() {
+        let first = BootTime::now().expect("Linux tells the boot id and boot time");
+        std::thread::sleep(Duration::from_millis(20));
+        let second = BootTime::now().unwrap();
+        assert_eq!(first.boot_id, second.boot_id);
+        assert!(second.since_boot_ms >= first.since_boot_ms + 20);
     }
 
     #[test]
@@ -408,7 +578,7 @@ mod tests {
                 panic!()
             };
             assert_eq!(s.needed, None);
-            assert!(s.describe().contains("never trusted while running"));
+            assert!(s.describe().contains("never trusted automatically"));
         }
     }
 }

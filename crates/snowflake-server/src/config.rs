@@ -107,7 +107,7 @@ pub struct ServeArgs {
     pub max_clock_step_ms: Option<String>,
 
     /// How long a forward step larger than --max-clock-step-ms must hold before it is trusted,
-    /// 1..=3600 s [default: 10]. Steps of more than a day are never trusted while running.
+    /// 1..=3600 s [default: 10]. Steps of more than a day are never trusted automatically.
     #[arg(
         long,
         env = "SNOWFLAKE_CLOCK_STEP_TRUST_SECS",

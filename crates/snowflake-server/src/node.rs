@@ -169,13 +169,17 @@ impl NodeShared {
     /// the last issued ID, or a clock past the reservation. The one readiness rule, shared by
     /// `/readyz`, gRPC health, `/v1/info` and the `snowflake_ready` metric.
     fn blocker(&self, status: &Status) -> Option<Blocker> {
+        // An untrusted clock step says more than "starting" or "waiting for the mark" (the
+        // step is why the node cannot open), but not more than "shutting down".
+        if let Some(step) = status.clock_step
+            && status.phase != Phase::ShuttingDown
+        {
+            return Some(Blocker::ClockStep(step));
+        }
         if status.phase != Phase::Ready {
             return Some(Blocker::Phase(status.phase.clone()));
         }
         let now_ms = self.generator.clock().now_ms();
-        if let Some(step) = status.clock_step {
-            return Some(Blocker::ClockStep(step));
-        }
         if now_ms > status.fence_limit_ms {
             return Some(Blocker::Fenced {
                 reason: fence_reason(status),
@@ -352,14 +356,42 @@ impl Node {
                 clock_step: None,
             }),
         });
+        // On the same boot, the previous run's last trusted time and the boot time since say
+        // what the clock should read: a restart (by a supervisor, at once) is no operator's
+        // word that a clock far ahead is right.
+        let mut anchor = anchor;
+        let checked = match state.load_clock() {
+            Ok(Some(last)) => anchor.check_against(&last, config.max_clock_step_ms),
+            Ok(None) => None,
+            Err(err) => {
+                tracing::warn!(error = %err, "cannot check the clock against the previous run; trusting its first reading");
+                None
+            }
+        };
+        if let Some(checked) = checked
+            && checked.stepped
+        {
+            tracing::warn!(
+                expected = %snowflake_core::format_unix_ms(checked.expected_ms),
+                down_secs = checked.down_ms / 1000,
+                "the clock reads further ahead than the time since the previous run on this boot \
+                 explains: judging it as a forward step (see --clock-step-trust-secs); if the \
+                 new time is right and the step is more than a day, remove clock.json from the \
+                 state directory and restart"
+            );
+        }
         let trust = ClockTrust::anchored(
             Arc::clone(&clock),
-            anchor,
+            &anchor,
             config.max_clock_step_ms,
             config.clock_step_trust,
         );
         if let Some(written_ms) = last_written_ms {
             trust.raise_to(written_ms);
+        }
+        if let Some(checked) = checked {
+            // Trusted time never goes back, also across restarts.
+            trust.raise_to(checked.expected_ms);
         }
         Ok(Arc::new(Node {
             metrics: Metrics::new(Arc::clone(&shared)),
@@ -918,9 +950,19 @@ impl Node {
             kind,
             now_ms,
         );
+        // The time trusted now, for the next run's clock check (see `Node::with_coordinator`).
+        let point = self.trust.trusted_point();
         let state = Arc::clone(&self.state);
-        let result = tokio::task::spawn_blocking(move || state.store(&mark))
-            .await
+        let result = tokio::task::spawn_blocking(move || {
+            let stored = state.store(&mark)?;
+            if let Some(point) = point
+                && let Err(err) = state.store_clock(&point)
+            {
+                tracing::warn!(error = %err, "cannot record the trusted time for the next run's clock check");
+            }
+            Ok(stored)
+        })
+        .await
             .unwrap_or_else(|join| {
                 let path = self
                     .state
@@ -967,6 +1009,13 @@ impl Node {
         // Read after closing: every ID issued under the old limit has a timestamp at or below
         // this reading (see `Generator::set_issue_limit_ms`), and at or below the reservation.
         let now_ms = self.clock.now_ms();
+        // The mark records when it was written in trusted time, not the wall clock's: a clock
+        // stepped ahead at the moment of the stop must not become the next run's starting
+        // point (it raises trusted time to it).
+        let written_ms = match self.trust.read() {
+            Reading::Trusted { now_ms } => now_ms,
+            Reading::Stepped(step) => step.trusted_ms,
+        };
         let last_ms = self.shared.generator.last_issued_ms().unwrap_or(0);
         let mark_ms = last_ms.max(now_ms).min(persisted_ms.max(last_ms));
         if persisted_ms == 0 && last_ms == 0 {
@@ -978,7 +1027,7 @@ impl Node {
         // reservation already on disk covers every issued ID.
         let stored = tokio::time::timeout(
             self.shutdown_timeout,
-            self.store(mark_ms, MarkKind::Shutdown, now_ms),
+            self.store(mark_ms, MarkKind::Shutdown, written_ms),
         )
         .await
         .unwrap_or_else(|_| {

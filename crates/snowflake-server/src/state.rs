@@ -15,6 +15,7 @@
 //! a higher one), and after the shutdown mark (the one record allowed to lower the mark, because
 //! nothing is issued after it) refuses every further reservation.
 
+use crate::clock_trust::TrustedPoint;
 use serde::{Deserialize, Serialize};
 use std::fs::{self, File, OpenOptions, TryLockError};
 use std::io::{Read, Write};
@@ -117,6 +118,39 @@ pub struct Mark {
     pub written_at_ms: u64,
     /// The process that wrote it.
     pub pid: u32,
+}
+
+/// Reads a small file whole: at most [`MAX_STATE_FILE_BYTES`], UTF-8.
+fn read_bounded(path: &Path) -> std::io::Result<String> {
+    let mut text = String::new();
+    let n = File::open(path)?
+        .take(MAX_STATE_FILE_BYTES + 1)
+        .read_to_string(&mut text)?;
+    if n as u64 > MAX_STATE_FILE_BYTES {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("larger than {MAX_STATE_FILE_BYTES} bytes"),
+        ));
+    }
+    Ok(text)
+}
+
+/// The previous run's last trusted time, for the clock check at start.
+const CLOCK_FILE: &str = "clock.json";
+
+/// The contents of `clock.json`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct ClockRecord {
+    /// The file format version.
+    format: u32,
+    /// The kernel's boot id when it was written.
+    boot_id: String,
+    /// Milliseconds since that boot (`CLOCK_BOOTTIME`).
+    since_boot_ms: u64,
+    /// The time the node trusted then (Unix ms).
+    trusted_ms: u64,
+    /// The process that wrote it.
+    pid: u32,
 }
 
 /// An open, locked state directory. The lock is released when this is dropped.
@@ -340,6 +374,61 @@ impl StateDir {
         File::open(&self.path)?.sync_all()
     }
 
+    /// The previous run's last trusted time and boot time (`clock.json`), if it left one: see
+    /// [`crate::clock_trust::ClockAnchor::check_against`]. An unreadable or unknown record is
+    /// an error to log, not a reason to refuse to start: without it the node trusts its first
+    /// reading, as it would on a new boot.
+    pub fn load_clock(&self) -> Result<Option<TrustedPoint>, String> {
+        let path = self.path.join(CLOCK_FILE);
+        let text = match read_bounded(&path) {
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(format!("cannot read {}: {e}", path.display())),
+        };
+        let record: ClockRecord = serde_json::from_str(&text)
+            .map_err(|e| format!("{} is not a clock record: {e}", path.display()))?;
+        if record.format != FORMAT {
+            return Err(format!(
+                "{} has format {}, expected {FORMAT}",
+                path.display(),
+                record.format
+            ));
+        }
+        Ok(Some(TrustedPoint {
+            boot_id: record.boot_id,
+            since_boot_ms: record.since_boot_ms,
+            trusted_ms: record.trusted_ms,
+        }))
+    }
+
+    /// Records a trusted time and its boot time in `clock.json` (atomically replaced, and not
+    /// fsynced: it only matters on the same boot, where a crashed process's writes are still
+    /// in the page cache).
+    pub fn store_clock(&self, point: &TrustedPoint) -> std::io::Result<()> {
+        let record = ClockRecord {
+            format: FORMAT,
+            boot_id: point.boot_id.clone(),
+            since_boot_ms: point.since_boot_ms,
+            trusted_ms: point.trusted_ms,
+            pid: std::process::id(),
+        };
+        let mut text = serde_json::to_string_pretty(&record).map_err(std::io::Error::other)?;
+        text.push('\n');
+        let mut written = self.writer();
+        written.writes += 1;
+        let path = self.path.join(CLOCK_FILE);
+        let tmp = self.path.join(format!(
+            "{CLOCK_FILE}.{}.{}.tmp",
+            std::process::id(),
+            written.writes
+        ));
+        let result = fs::write(&tmp, text).and_then(|()| fs::rename(&tmp, &path));
+        if result.is_err() {
+            let _ = fs::remove_file(&tmp);
+        }
+        result
+    }
+
     /// Temporary files a crashed writer left behind (`*.tmp`), removed at start.
     pub fn remove_leftovers(&self) {
         let Ok(entries) = fs::read_dir(&self.path) else {
@@ -348,7 +437,8 @@ impl StateDir {
         for entry in entries.flatten() {
             let name = entry.file_name();
             let name = name.to_string_lossy();
-            if name.starts_with("node-") && name.ends_with(".tmp") {
+            if (name.starts_with("node-") || name.starts_with(CLOCK_FILE)) && name.ends_with(".tmp")
+            {
                 let _ = fs::remove_file(entry.path());
             }
         }

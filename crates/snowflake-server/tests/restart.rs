@@ -333,3 +333,38 @@ fn a_new_state_directory_is_created_with_its_parents() {
     state.store(&record(T, MarkKind::Reservation)).unwrap();
     assert!(nested.join("node-0-0.json").is_file());
 }
+
+/// `clock.json` (the previous run's trusted time and boot time, for the clock check at start) is
+/// written with the marks; a damaged one is no reason to refuse to start (it is advisory), and
+/// a crashed writer's temporary copy is removed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_clock_record_is_written_with_the_marks_and_a_damaged_one_is_only_a_warning() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start(config(dir.path()), ManualClock::new(T)).await;
+    server.wait_ready().await;
+    server.stop().await;
+    let record: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("clock.json")).unwrap())
+            .unwrap();
+    assert_eq!(record["format"], 1, "{record}");
+    let boot_id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap();
+    assert_eq!(record["boot_id"], boot_id.trim(), "{record}");
+    assert!(record["since_boot_ms"].as_u64().unwrap() > 0, "{record}");
+    let trusted = record["trusted_ms"].as_u64().unwrap();
+    assert!((T..T + 60_000).contains(&trusted), "{record}");
+
+    for (i, damaged) in (1..).zip(["not json", "{\"format\": 9}", ""]) {
+        std::fs::write(dir.path().join("clock.json"), damaged).unwrap();
+        std::fs::write(dir.path().join("clock.json.1.1.tmp"), "{").unwrap();
+        let server = TestServer::start(config(dir.path()), ManualClock::new(T + 1000 * i)).await;
+        server.wait_ready().await;
+        assert_eq!(server.get("/v1/id").await.status, StatusCode::OK);
+        assert!(!dir.path().join("clock.json.1.1.tmp").exists());
+        server.stop().await;
+        let text = std::fs::read_to_string(dir.path().join("clock.json")).unwrap();
+        assert!(
+            text.contains("boot_id"),
+            "rewritten after {damaged:?}: {text}"
+        );
+    }
+}
