@@ -410,11 +410,19 @@ fn campaign(args: &Args) -> anyhow::Result<bool> {
         "| fault | injected | longest time without an ID, median / max | recovery after healing, median / max |"
     );
     println!("|---|---:|---:|---:|");
+    // `u64::MAX`: the target got no ID after healing before the campaign ended.
     let median_max = |mut v: Vec<u64>| {
         v.sort_unstable();
+        let show = |ms: u64| {
+            if ms == u64::MAX {
+                "none by the end".to_owned()
+            } else {
+                format!("{ms} ms")
+            }
+        };
         let median = v.get(v.len() / 2).copied().unwrap_or(0);
         let max = v.last().copied().unwrap_or(0);
-        format!("{median} ms / {max} ms")
+        format!("{} / {}", show(median), show(max))
     };
     let mut table = Vec::new();
     for (kind, (count, outages, recoveries)) in by_kind {
