@@ -4,11 +4,14 @@ Run by scripts/test inside target/peers-venv; the binary is target/debug/snowfla
 SNOWFLAKE_BIN says otherwise.
 """
 
+import importlib
 import os
 import pathlib
 import re
+import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -16,6 +19,7 @@ import time
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
+PROTO_DIR = ROOT / "proto" / "snowflake" / "v1"
 
 
 def snowflake_bin() -> str:
@@ -90,3 +94,31 @@ def wait_until(predicate, timeout=10.0, interval=0.05):
             return True
         time.sleep(interval)
     return False
+
+
+@pytest.fixture(scope="session")
+def pb():
+    """Generates the Python messages and stubs from the repository's .proto.
+
+    Compiled from inside its directory so the modules are the top-level `snowflake_pb2` and
+    `snowflake_pb2_grpc`: the Thrift peer test generates a package named `snowflake` too.
+    """
+    out = tempfile.mkdtemp(prefix="snowflake-grpc-py-")
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "grpc_tools.protoc",
+            f"-I{PROTO_DIR}",
+            f"--python_out={out}",
+            f"--grpc_python_out={out}",
+            "snowflake.proto",
+        ],
+        check=True,
+    )
+    sys.path.insert(0, out)
+    messages = importlib.import_module("snowflake_pb2")
+    stubs = importlib.import_module("snowflake_pb2_grpc")
+    yield messages, stubs
+    sys.path.remove(out)
+    shutil.rmtree(out, ignore_errors=True)

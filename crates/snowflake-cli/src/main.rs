@@ -337,11 +337,19 @@ fn serve(args: &ServeArgs, epoch_ms: Option<&str>) -> ExitCode {
                 return Err(err.into());
             }
         };
+        let tls = match &listeners.tls {
+            None => "off",
+            Some(tls) if tls.mutual() => "mutual",
+            Some(_) => "on",
+        };
         if let Some(addr) = listeners.http_addr() {
-            tracing::info!(%addr, "http listening");
+            tracing::info!(%addr, tls, "http listening");
         }
         if let Some(addr) = listeners.grpc_addr() {
-            tracing::info!(%addr, "grpc listening");
+            tracing::info!(%addr, tls, "grpc listening");
+        }
+        if let Some(addr) = listeners.admin_addr() {
+            tracing::info!(%addr, "admin listening");
         }
         if let Some(addr) = listeners.thrift_addr() {
             tracing::info!(%addr, "thrift listening");

@@ -3,6 +3,7 @@
 //! real ZooKeeper.
 
 mod audit;
+mod certs;
 mod cli;
 mod clock_steps;
 mod etcd_cluster;
@@ -12,6 +13,7 @@ mod serve;
 mod stalled_disk;
 mod state_tool;
 mod support;
+mod tls;
 mod zookeeper_fleet;
 mod zookeeper_marks;
 mod zookeeper_ownership;

@@ -245,18 +245,29 @@ impl ServeProcess {
     /// The bound Thrift address, from the `thrift listening addr=IP:PORT` line (logged right
     /// after the HTTP one); waits for it at most [`START_TIMEOUT`].
     pub fn thrift_addr(&self) -> SocketAddr {
+        self.logged_addr("thrift listening")
+    }
+
+    /// The admin address, from its `admin listening addr=IP:PORT` line.
+    pub fn admin_addr(&self) -> SocketAddr {
+        self.logged_addr("admin listening")
+    }
+
+    /// The address in the first `<message> addr=IP:PORT` line; waits for it at most
+    /// [`START_TIMEOUT`].
+    pub fn logged_addr(&self, message: &str) -> SocketAddr {
         let deadline = Instant::now() + START_TIMEOUT;
         loop {
             let logged = self
                 .stderr()
                 .lines()
-                .find_map(|line| logged_addr(line, "thrift listening"));
+                .find_map(|line| logged_addr(line, message));
             if let Some(addr) = logged {
                 return addr;
             }
             assert!(
                 Instant::now() < deadline,
-                "no `thrift listening` line within {START_TIMEOUT:?}; stderr:\n{}",
+                "no `{message}` line within {START_TIMEOUT:?}; stderr:\n{}",
                 self.stderr()
             );
             std::thread::sleep(Duration::from_millis(10));

@@ -40,6 +40,42 @@ pub struct ServeArgs {
     )]
     pub thrift_max_frame_bytes: Option<String>,
 
+    /// Health, readiness, metrics and the status page on a listener of their own that never
+    /// asks for client certificates (for probes and scrapers when the API requires mTLS), or
+    /// `off` [default: off]. They stay on the HTTP listener too.
+    #[arg(long, env = "SNOWFLAKE_ADMIN_ADDR", value_name = "ADDR")]
+    pub admin_addr: Option<String>,
+
+    /// Certificate chain (PEM) for HTTPS on the HTTP address and gRPC over TLS on the gRPC
+    /// address; needs --tls-key. Renewed files are picked up without a restart. Thrift stays
+    /// plaintext.
+    #[arg(
+        long,
+        env = "SNOWFLAKE_TLS_CERT",
+        value_name = "FILE",
+        help_heading = "TLS"
+    )]
+    pub tls_cert: Option<PathBuf>,
+
+    /// Private key (PEM) of --tls-cert.
+    #[arg(
+        long,
+        env = "SNOWFLAKE_TLS_KEY",
+        value_name = "FILE",
+        help_heading = "TLS"
+    )]
+    pub tls_key: Option<PathBuf>,
+
+    /// CA certificates (PEM): HTTPS and gRPC then require a client certificate signed by one
+    /// of them (mutual TLS); needs --tls-cert.
+    #[arg(
+        long,
+        env = "SNOWFLAKE_TLS_CLIENT_CA",
+        value_name = "FILE",
+        help_heading = "TLS"
+    )]
+    pub tls_client_ca: Option<PathBuf>,
+
     /// Datacenter id of this node, 0..=31 [default: 0].
     #[arg(
         long,
@@ -316,6 +352,10 @@ pub struct Config {
     pub thrift_addr: Option<SocketAddr>,
     /// Largest Thrift frame accepted, in bytes.
     pub thrift_max_frame_bytes: usize,
+    /// The admin listener (health, readiness, metrics, status page); `None` when off.
+    pub admin_addr: Option<SocketAddr>,
+    /// TLS on the HTTP and gRPC listeners; `None`: plaintext.
+    pub tls: Option<crate::tls::TlsFiles>,
     /// The layout (Twitter's unless `--epoch-ms` says otherwise).
     pub layout: Layout,
     /// Datacenter id.
@@ -439,6 +479,8 @@ impl Config {
             grpc_addr: Some(SocketAddr::from(([127, 0, 0, 1], 50051))),
             thrift_addr: Some(SocketAddr::from(([127, 0, 0, 1], 7609))),
             thrift_max_frame_bytes: 65_536,
+            admin_addr: None,
+            tls: None,
             layout: Layout::TWITTER,
             datacenter_id: 0,
             worker_id: 0,
@@ -494,6 +536,11 @@ impl Config {
         {
             config.thrift_addr = parse_addr(&text).map_err(|e| ConfigError::invalid(&name, e))?;
         }
+        if let Some((text, name)) = src.pick(args.admin_addr.as_deref(), "admin-addr", "admin_addr")
+        {
+            config.admin_addr = parse_addr(&text).map_err(|e| ConfigError::invalid(&name, e))?;
+        }
+        config.tls = resolve_tls(args, &src)?;
         let layout = config.layout;
         if let Some((text, name)) = src.pick(
             args.datacenter_id.as_deref(),
@@ -865,6 +912,48 @@ impl Config {
     }
 }
 
+/// `--tls-cert`, `--tls-key`, `--tls-client-ca`: all paths, the key and the certificate
+/// together, the client CA only with them. The files themselves are read by [`crate::tls`].
+fn resolve_tls(
+    args: &ServeArgs,
+    src: &Sources<'_>,
+) -> Result<Option<crate::tls::TlsFiles>, ConfigError> {
+    let path =
+        |cli: &Option<PathBuf>, flag: &str, key: &str| -> Result<Option<PathBuf>, ConfigError> {
+            let cli = cli.as_ref().map(|p| p.to_string_lossy().into_owned());
+            match src.pick(cli.as_deref(), flag, key) {
+                Some((text, name)) if text.is_empty() => Err(ConfigError::invalid(
+                    &name,
+                    "expected a file path, found an empty string",
+                )),
+                Some((text, _)) => Ok(Some(PathBuf::from(text))),
+                None => Ok(None),
+            }
+        };
+    let cert = path(&args.tls_cert, "tls-cert", "tls_cert")?;
+    let key = path(&args.tls_key, "tls-key", "tls_key")?;
+    let client_ca = path(&args.tls_client_ca, "tls-client-ca", "tls_client_ca")?;
+    match (cert, key) {
+        (Some(cert), Some(key)) => Ok(Some(crate::tls::TlsFiles {
+            cert,
+            key,
+            client_ca,
+        })),
+        (Some(_), None) => Err(ConfigError(
+            "--tls-cert needs --tls-key (the certificate's private key)".into(),
+        )),
+        (None, Some(_)) => Err(ConfigError(
+            "--tls-key needs --tls-cert (the certificate it belongs to)".into(),
+        )),
+        (None, None) if client_ca.is_some() => Err(ConfigError(
+            "--tls-client-ca needs --tls-cert and --tls-key: client certificates are asked for \
+             over TLS only"
+                .into(),
+        )),
+        (None, None) => Ok(None),
+    }
+}
+
 /// A configuration problem, in one line naming the setting, the value and what is valid.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
@@ -879,6 +968,10 @@ impl ConfigError {
 /// The keys a config file may hold.
 const FILE_KEYS: &[&str] = &[
     "http_addr",
+    "admin_addr",
+    "tls_cert",
+    "tls_key",
+    "tls_client_ca",
     "grpc_addr",
     "thrift_addr",
     "thrift_max_frame_bytes",

@@ -3,6 +3,7 @@
 
 use crate::config::Config;
 use crate::node::{IssueError, Node, Protocol};
+use crate::tls::Tls;
 use axum::Router;
 use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, RawQuery, State};
@@ -97,6 +98,43 @@ pub fn router(node: Arc<Node>) -> Router {
             |State(node): State<Arc<Node>>, method: Method, uri: Uri| async move {
                 let route = ROUTES.iter().copied().find(|r| *r == uri.path()).unwrap_or("unmatched");
                 counted(&node, route, method_not_allowed(&method, &uri))
+            },
+        )
+        .layer(RequestBodyLimitLayer::new(MAX_BODY_BYTES))
+        .with_state(node)
+}
+
+/// The admin listener's routes (`--admin-addr`): health, readiness and metrics, the same
+/// answers as on the HTTP listener.
+pub fn admin_router(node: Arc<Node>) -> Router {
+    Router::new()
+        .route(
+            "/healthz",
+            get(|State(node): State<Arc<Node>>| async move {
+                counted(
+                    &node,
+                    "/healthz",
+                    json(StatusCode::OK, r#"{"status":"ok"}"#),
+                )
+            }),
+        )
+        .route(
+            "/readyz",
+            get(|State(node): State<Arc<Node>>| async move {
+                let response = readyz(&node);
+                counted(&node, "/readyz", response)
+            }),
+        )
+        .route(
+            "/metrics",
+            get(|State(node): State<Arc<Node>>| async move {
+                let response = metrics(&node);
+                counted(&node, "/metrics", response)
+            }),
+        )
+        .fallback(
+            |State(node): State<Arc<Node>>, method: Method, uri: Uri| async move {
+                counted(&node, "unmatched", not_found(&method, &uri))
             },
         )
         .layer(RequestBodyLimitLayer::new(MAX_BODY_BYTES))
@@ -430,10 +468,11 @@ fn method_not_allowed(method: &Method, uri: &Uri) -> Response {
 pub async fn serve(
     listener: TcpListener,
     node: Arc<Node>,
+    router: Router,
     config: &Config,
+    tls: Option<Arc<Tls>>,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let router = router(Arc::clone(&node));
     // HTTP/1.1 only: the JSON API gains nothing from HTTP/2 (gRPC has its own port), and
     // skipping protocol detection keeps the single-ID path lean.
     let mut builder = hyper::server::conn::http1::Builder::new();
@@ -465,6 +504,8 @@ pub async fn serve(
             // such answers at once, just close the socket.
             if let Ok(refusal) = Arc::clone(&refusals).try_acquire_owned() {
                 let builder = Arc::clone(&builder);
+                let tls = tls.clone();
+                let handshake_timeout = config.idle_timeout.min(Duration::from_secs(1));
                 tokio::spawn(async move {
                     let service = hyper::service::service_fn(|_request| async {
                         let mut response = error(
@@ -479,8 +520,28 @@ pub async fn serve(
                             .insert(header::CONNECTION, HeaderValue::from_static("close"));
                         Ok::<_, std::convert::Infallible>(response)
                     });
-                    let connection = builder.serve_connection(TokioIo::new(stream), service);
-                    let _ = tokio::time::timeout(Duration::from_secs(1), connection).await;
+                    let answer = async {
+                        match tls {
+                            None => {
+                                let _ = builder
+                                    .serve_connection(TokioIo::new(stream), service)
+                                    .await;
+                            }
+                            Some(tls) => {
+                                if let Ok(Ok(stream)) = tokio::time::timeout(
+                                    handshake_timeout,
+                                    tls.http_acceptor().accept(stream),
+                                )
+                                .await
+                                {
+                                    let _ = builder
+                                        .serve_connection(TokioIo::new(stream), service)
+                                        .await;
+                                }
+                            }
+                        }
+                    };
+                    let _ = tokio::time::timeout(Duration::from_secs(1), answer).await;
                     drop(refusal);
                 });
             }
@@ -490,9 +551,37 @@ pub async fn serve(
         let service = TowerToHyperService::new(router.clone());
         let builder = Arc::clone(&builder);
         let watcher = graceful.watcher();
+        let tls = tls.clone();
+        let handshake_timeout = config.idle_timeout;
         tokio::spawn(async move {
-            let connection = builder.serve_connection(TokioIo::new(stream), service);
-            if let Err(err) = watcher.watch(connection).await {
+            let result = match tls {
+                None => {
+                    let connection = builder.serve_connection(TokioIo::new(stream), service);
+                    watcher.watch(connection).await
+                }
+                Some(tls) => {
+                    // The handshake is bounded like a request's headers.
+                    let accepted =
+                        tokio::time::timeout(handshake_timeout, tls.http_acceptor().accept(stream))
+                            .await;
+                    match accepted {
+                        Ok(Ok(stream)) => {
+                            let connection =
+                                builder.serve_connection(TokioIo::new(stream), service);
+                            watcher.watch(connection).await
+                        }
+                        Ok(Err(err)) => {
+                            tracing::debug!(%peer, error = %err, "TLS handshake failed");
+                            Ok(())
+                        }
+                        Err(_) => {
+                            tracing::debug!(%peer, "TLS handshake timed out");
+                            Ok(())
+                        }
+                    }
+                }
+            };
+            if let Err(err) = result {
                 tracing::debug!(%peer, error = %err, "http connection ended with an error");
             }
             drop(slot);

@@ -15,6 +15,7 @@ pub mod metrics;
 pub mod node;
 pub mod state;
 pub mod thrift;
+pub mod tls;
 
 /// The etcd coordinator, also reachable as `fleet::etcd`.
 pub use fleet::etcd;
@@ -41,16 +42,34 @@ pub struct Listeners {
     pub grpc: Option<TcpListener>,
     /// Thrift.
     pub thrift: Option<TcpListener>,
+    /// Health, readiness and metrics, never asking for client certificates.
+    pub admin: Option<TcpListener>,
+    /// TLS on the HTTP and gRPC listeners, loaded before anything was bound.
+    pub tls: Option<Arc<tls::Tls>>,
 }
 
 impl Listeners {
-    /// Binds every enabled listener of `config`.
+    /// Loads the TLS files of `config` (bad ones stop the start before anything is bound), then
+    /// binds every enabled listener.
     pub async fn bind(config: &Config) -> Result<Listeners, BindError> {
+        let tls = match &config.tls {
+            Some(files) => Some(Arc::new(
+                tls::Tls::load(files.clone(), tls::unix_now()).map_err(BindError::Tls)?,
+            )),
+            None => None,
+        };
         Ok(Listeners {
             http: bind(config.http_addr, "http").await?,
             grpc: bind(config.grpc_addr, "grpc").await?,
             thrift: bind(config.thrift_addr, "thrift").await?,
+            admin: bind(config.admin_addr, "admin").await?,
+            tls,
         })
+    }
+
+    /// The admin address actually bound.
+    pub fn admin_addr(&self) -> Option<SocketAddr> {
+        self.admin.as_ref().and_then(|l| l.local_addr().ok())
     }
 
     /// The HTTP address actually bound (useful with port 0).
@@ -77,7 +96,7 @@ async fn bind(
         Some(addr) => TcpListener::bind(addr)
             .await
             .map(Some)
-            .map_err(|source| BindError {
+            .map_err(|source| BindError::Listen {
                 protocol,
                 addr,
                 source,
@@ -86,16 +105,22 @@ async fn bind(
     }
 }
 
-/// A listener could not be bound.
+/// A listener could not be set up.
 #[derive(Debug, thiserror::Error)]
-#[error("cannot listen for {protocol} on {addr}: {source}")]
-pub struct BindError {
-    /// Which listener.
-    pub protocol: &'static str,
-    /// The address asked for.
-    pub addr: SocketAddr,
-    /// The underlying error.
-    pub source: std::io::Error,
+pub enum BindError {
+    /// The address could not be bound.
+    #[error("cannot listen for {protocol} on {addr}: {source}")]
+    Listen {
+        /// Which listener.
+        protocol: &'static str,
+        /// The address asked for.
+        addr: SocketAddr,
+        /// The underlying error.
+        source: std::io::Error,
+    },
+    /// The TLS files do not load (the message names the file and the problem).
+    #[error("{0}")]
+    Tls(String),
 }
 
 /// Why the service stopped with an error.
@@ -157,13 +182,29 @@ pub async fn run(
     let mut keeper = tokio::task::JoinSet::new();
     keeper.spawn(Arc::clone(&node).keep(stop_rx.clone()));
     let mut front_ends = tokio::task::JoinSet::new();
+    if let Some(tls) = &listeners.tls {
+        node.metrics().set_tls(Arc::clone(tls));
+        keeper.spawn(tls::watch(Arc::clone(tls), stop_rx.clone()));
+    }
     if let Some(listener) = listeners.http {
         let (node, config, stop) = (Arc::clone(&node), config.clone(), stop_rx.clone());
-        front_ends.spawn(async move { http::serve(listener, node, &config, stop).await });
+        let tls = listeners.tls.clone();
+        front_ends.spawn(async move {
+            let router = http::router(Arc::clone(&node));
+            http::serve(listener, node, router, &config, tls, stop).await;
+        });
+    }
+    if let Some(listener) = listeners.admin {
+        let (node, config, stop) = (Arc::clone(&node), config.clone(), stop_rx.clone());
+        front_ends.spawn(async move {
+            let router = http::admin_router(Arc::clone(&node));
+            http::serve(listener, node, router, &config, None, stop).await;
+        });
     }
     if let Some(listener) = listeners.grpc {
         let (node, config, stop) = (Arc::clone(&node), config.clone(), stop_rx.clone());
-        front_ends.spawn(async move { grpc::serve(listener, node, &config, stop).await });
+        let tls = listeners.tls.clone();
+        front_ends.spawn(async move { grpc::serve(listener, node, &config, tls, stop).await });
     }
     if let Some(listener) = listeners.thrift {
         let (node, config, stop) = (Arc::clone(&node), config.clone(), stop_rx.clone());

@@ -70,6 +70,8 @@ pub struct Metrics {
     thrift_ids_by_agent: Family<AgentLabels, Counter>,
     /// The agents that have a counter of their own.
     known_agents: std::sync::Mutex<std::collections::HashSet<String>>,
+    /// The listeners' TLS, once the service runs with it.
+    tls: Arc<std::sync::OnceLock<Arc<crate::tls::Tls>>>,
 }
 
 impl Metrics {
@@ -150,6 +152,10 @@ impl Metrics {
             thrift_ids_by_agent.clone(),
         );
         registry.register_collector(Box::new(NodeCollector { shared }));
+        let tls = Arc::new(std::sync::OnceLock::new());
+        registry.register_collector(Box::new(TlsCollector {
+            tls: Arc::clone(&tls),
+        }));
         Metrics {
             registry,
             ids_issued,
@@ -166,7 +172,13 @@ impl Metrics {
             thrift_invalid_agents,
             thrift_ids_by_agent,
             known_agents: std::sync::Mutex::default(),
+            tls,
         }
+    }
+
+    /// Exposes the TLS metrics of `tls` (the certificate's expiry, reloads) from now on.
+    pub fn set_tls(&self, tls: Arc<crate::tls::Tls>) {
+        let _ = self.tls.set(tls);
     }
 
     /// Counts one ID issued over Thrift to `agent` (already validated).
@@ -218,6 +230,46 @@ impl Metrics {
         // Writing to a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
         out
+    }
+}
+
+/// Labels of `snowflake_tls_reloads_total`.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ResultLabels {
+    /// `ok` or `error`.
+    result: &'static str,
+}
+
+/// The TLS metrics, present only when the listeners use TLS.
+#[derive(Debug)]
+struct TlsCollector {
+    tls: Arc<std::sync::OnceLock<Arc<crate::tls::Tls>>>,
+}
+
+impl Collector for TlsCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
+        let Some(tls) = self.tls.get() else {
+            return Ok(());
+        };
+        let expiry = ConstGauge::new(tls.not_after_unix());
+        expiry.encode(encoder.encode_descriptor(
+            "tls_certificate_expiry_timestamp_seconds",
+            "When the serving TLS certificate expires (its not-after time, Unix seconds)",
+            None,
+            expiry.metric_type(),
+        )?)?;
+        let (ok, failed) = tls.reloads();
+        let mut family = encoder.encode_descriptor(
+            "tls_reloads",
+            "Renewed TLS certificate files loaded (ok) or refused, keeping the current ones (error)",
+            None,
+            prometheus_client::metrics::MetricType::Counter,
+        )?;
+        for (result, count) in [("ok", ok), ("error", failed)] {
+            let labels = ResultLabels { result };
+            ConstCounter::new(count).encode(family.encode_family(&labels)?)?;
+        }
+        Ok(())
     }
 }
 

@@ -2,12 +2,6 @@
 generates from proto/snowflake/v1/snowflake.proto, the `grpcio` client, and the standard
 `grpc.health.v1` client from `grpcio-health-checking`, against the real `snowflake serve`."""
 
-import importlib
-import pathlib
-import shutil
-import subprocess
-import sys
-import tempfile
 import threading
 import time
 
@@ -17,39 +11,9 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from conftest import wait_until
 
-ROOT = pathlib.Path(__file__).resolve().parents[3]
-PROTO_DIR = ROOT / "proto" / "snowflake" / "v1"
 SERVICE = "snowflake.v1.Snowflake"
 EPOCH = 1288834974657
 MAX_BATCH = 100_000
-
-
-@pytest.fixture(scope="module")
-def pb():
-    """Generates the Python messages and stubs from the repository's .proto.
-
-    Compiled from inside its directory so the modules are the top-level `snowflake_pb2` and
-    `snowflake_pb2_grpc`: the Thrift peer test generates a package named `snowflake` too.
-    """
-    out = tempfile.mkdtemp(prefix="snowflake-grpc-py-")
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "grpc_tools.protoc",
-            f"-I{PROTO_DIR}",
-            f"--python_out={out}",
-            f"--grpc_python_out={out}",
-            "snowflake.proto",
-        ],
-        check=True,
-    )
-    sys.path.insert(0, out)
-    messages = importlib.import_module("snowflake_pb2")
-    stubs = importlib.import_module("snowflake_pb2_grpc")
-    yield messages, stubs
-    sys.path.remove(out)
-    shutil.rmtree(out, ignore_errors=True)
 
 
 class Peer:

@@ -380,6 +380,7 @@ fn incoming(
 async fn accept_loop(
     connections: impl Stream<Item = io::Result<Conn>>,
     shared: Arc<transport::Shared>,
+    tls: Option<Arc<crate::tls::Tls>>,
     shutdown: watch::Receiver<bool>,
 ) {
     let mut connections = Box::pin(connections);
@@ -391,13 +392,36 @@ async fn accept_loop(
             conn = connections.next() => conn,
         };
         match conn {
-            Some(Ok(conn)) => {
-                open.spawn(transport::serve_connection(
-                    conn,
-                    Arc::clone(&shared),
-                    shutdown.clone(),
-                ));
-            }
+            Some(Ok(conn)) => match &tls {
+                None => {
+                    open.spawn(transport::serve_connection(
+                        conn,
+                        Arc::clone(&shared),
+                        shutdown.clone(),
+                    ));
+                }
+                Some(tls) => {
+                    // The handshake runs on the connection's task, bounded like the HTTP/2 one.
+                    let acceptor = tls.grpc_acceptor();
+                    let (shared, shutdown) = (Arc::clone(&shared), shutdown.clone());
+                    open.spawn(async move {
+                        match tokio::time::timeout(
+                            transport::HANDSHAKE_TIMEOUT,
+                            acceptor.accept(conn),
+                        )
+                        .await
+                        {
+                            Ok(Ok(stream)) => {
+                                transport::serve_connection(stream, shared, shutdown).await;
+                            }
+                            Ok(Err(err)) => {
+                                tracing::debug!(error = %err, "grpc: TLS handshake failed");
+                            }
+                            Err(_) => tracing::debug!("grpc: TLS handshake timed out"),
+                        }
+                    });
+                }
+            },
             Some(Err(err)) => tracing::warn!(error = %err, "grpc accept failed"),
             None => break,
         }
@@ -454,6 +478,7 @@ pub async fn serve(
     listener: TcpListener,
     node: Arc<Node>,
     config: &Config,
+    tls: Option<Arc<crate::tls::Tls>>,
     shutdown: watch::Receiver<bool>,
 ) {
     let (reporter, health_service) = tonic_health::server::health_reporter();
@@ -491,6 +516,7 @@ pub async fn serve(
     let server = accept_loop(
         incoming(listener, Arc::clone(&node), config.max_connections),
         shared,
+        tls,
         shutdown.clone(),
     );
     let health = track_health(node, reporter, shutdown.clone());

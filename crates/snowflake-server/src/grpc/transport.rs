@@ -57,7 +57,7 @@ const NEXT_ID_PATH: &str = NEXT_ID;
 const MAX_HEADER_LIST_BYTES: u32 = 16 * 1024;
 
 /// How long a new connection may take to send the HTTP/2 preface and settings.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+pub(super) const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How many times per idle timeout a connection checks whether it is idle: it is closed after
 /// between 1 and 1 + 1/IDLE_CHECKS idle timeouts with no call open.
