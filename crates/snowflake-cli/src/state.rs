@@ -63,6 +63,21 @@ struct Target {
     /// The fleet's etcd key prefix [default: /snowflake].
     #[arg(long, env = "SNOWFLAKE_ETCD_PREFIX", value_name = "PREFIX")]
     etcd_prefix: Option<String>,
+    /// CA certificates (PEM) for `https://` etcd endpoints.
+    #[arg(long, env = "SNOWFLAKE_ETCD_CA", value_name = "FILE")]
+    etcd_ca: Option<PathBuf>,
+    /// Client certificate (PEM) for etcd; needs --etcd-key.
+    #[arg(long, env = "SNOWFLAKE_ETCD_CERT", value_name = "FILE")]
+    etcd_cert: Option<PathBuf>,
+    /// Private key (PEM) of --etcd-cert.
+    #[arg(long, env = "SNOWFLAKE_ETCD_KEY", value_name = "FILE")]
+    etcd_key: Option<PathBuf>,
+    /// etcd user; the password comes from --etcd-password-file or SNOWFLAKE_ETCD_PASSWORD.
+    #[arg(long, env = "SNOWFLAKE_ETCD_USER", value_name = "NAME")]
+    etcd_user: Option<String>,
+    /// File holding the password of --etcd-user.
+    #[arg(long, env = "SNOWFLAKE_ETCD_PASSWORD_FILE", value_name = "FILE")]
+    etcd_password_file: Option<PathBuf>,
     /// The fleet's ZooKeeper ensemble, `HOST:PORT[,…]`.
     #[arg(long, env = "SNOWFLAKE_ZOOKEEPER", value_name = "SERVERS")]
     zookeeper: Option<String>,
@@ -93,6 +108,11 @@ impl Target {
             state_dir: self.state_dir.clone(),
             etcd_endpoints: self.etcd_endpoints.clone(),
             etcd_prefix: self.etcd_prefix.clone(),
+            etcd_ca: self.etcd_ca.clone(),
+            etcd_cert: self.etcd_cert.clone(),
+            etcd_key: self.etcd_key.clone(),
+            etcd_user: self.etcd_user.clone(),
+            etcd_password_file: self.etcd_password_file.clone(),
             zookeeper: self.zookeeper.clone(),
             zookeeper_path: self.zookeeper_path.clone(),
             datacenter_id: self.datacenter_id.clone(),

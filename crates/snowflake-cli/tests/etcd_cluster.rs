@@ -475,7 +475,7 @@ impl Drop for EtcdCluster {
 }
 
 /// The path of `name` on `PATH`; panics saying how to install it.
-fn find_binary(name: &str) -> PathBuf {
+pub(crate) fn find_binary(name: &str) -> PathBuf {
     std::env::var_os("PATH")
         .iter()
         .flat_map(std::env::split_paths)
@@ -491,7 +491,7 @@ fn find_binary(name: &str) -> PathBuf {
 }
 
 /// `count` distinct free loopback ports: all bound at once on 127.0.0.1:0, then released.
-fn free_ports(count: usize) -> Vec<u16> {
+pub(crate) fn free_ports(count: usize) -> Vec<u16> {
     let listeners: Vec<TcpListener> = (0..count)
         .map(|_| TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0"))
         .collect();

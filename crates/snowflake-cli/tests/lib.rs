@@ -8,6 +8,7 @@ mod cli;
 mod clock_steps;
 mod etcd_cluster;
 mod etcd_mark;
+mod etcd_secure;
 mod fleet;
 mod serve;
 mod stalled_disk;

@@ -225,6 +225,54 @@ pub struct ServeArgs {
     )]
     pub etcd_prefix: Option<String>,
 
+    /// CA certificates (PEM) that etcd's server certificate must chain to; needed by
+    /// `https://` endpoints.
+    #[arg(
+        long,
+        env = "SNOWFLAKE_ETCD_CA",
+        value_name = "FILE",
+        help_heading = "Fleet (etcd)"
+    )]
+    pub etcd_ca: Option<PathBuf>,
+
+    /// Client certificate (PEM) for etcd's `--client-cert-auth`; needs --etcd-key. Without
+    /// --etcd-user, etcd takes its common name for the user name.
+    #[arg(
+        long,
+        env = "SNOWFLAKE_ETCD_CERT",
+        value_name = "FILE",
+        help_heading = "Fleet (etcd)"
+    )]
+    pub etcd_cert: Option<PathBuf>,
+
+    /// Private key (PEM) of --etcd-cert.
+    #[arg(
+        long,
+        env = "SNOWFLAKE_ETCD_KEY",
+        value_name = "FILE",
+        help_heading = "Fleet (etcd)"
+    )]
+    pub etcd_key: Option<PathBuf>,
+
+    /// etcd user name (etcd's own authentication); the password comes from
+    /// --etcd-password-file or the SNOWFLAKE_ETCD_PASSWORD environment variable, never a flag.
+    #[arg(
+        long,
+        env = "SNOWFLAKE_ETCD_USER",
+        value_name = "NAME",
+        help_heading = "Fleet (etcd)"
+    )]
+    pub etcd_user: Option<String>,
+
+    /// File holding the password of --etcd-user (one line).
+    #[arg(
+        long,
+        env = "SNOWFLAKE_ETCD_PASSWORD_FILE",
+        value_name = "FILE",
+        help_heading = "Fleet (etcd)"
+    )]
+    pub etcd_password_file: Option<PathBuf>,
+
     /// Lease time-to-live, 2..=300 s [default: 10]. A crashed node's pair is free again after
     /// this long; a node that cannot renew its lease stops issuing IDs before it runs out.
     #[arg(
@@ -441,11 +489,67 @@ impl ZooKeeperConfig {
     }
 }
 
+/// A secret (a password): shown as `<redacted>` by `Debug`, so it never reaches a log line.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    /// Wraps `value`.
+    pub fn new(value: impl Into<String>) -> Secret {
+        Secret(value.into())
+    }
+
+    /// The secret itself, for the one place that sends it.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("<redacted>")
+    }
+}
+
+/// TLS to a coordination service: the CA to verify it with and our client identity, read and
+/// checked when the configuration is resolved.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ClientTls {
+    /// The CA certificates (PEM).
+    pub ca_pem: Vec<u8>,
+    /// The client certificate and key (PEM), for mutual TLS.
+    pub identity: Option<(Vec<u8>, Secret)>,
+    /// Where they came from, for messages and logs.
+    pub files: Vec<PathBuf>,
+}
+
+impl std::fmt::Debug for ClientTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientTls")
+            .field("files", &self.files)
+            .field("mutual", &self.identity.is_some())
+            .finish()
+    }
+}
+
+/// etcd's own authentication: a user and its password.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EtcdAuth {
+    /// The user name.
+    pub user: String,
+    /// Its password.
+    pub password: Secret,
+}
+
 /// Leasing the (datacenter, worker) pair from etcd.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EtcdConfig {
-    /// Member URLs (`http://HOST:PORT`).
+    /// Member URLs (`http://HOST:PORT` or `https://HOST:PORT`, all alike).
     pub endpoints: Vec<String>,
+    /// TLS (with `https://` endpoints).
+    pub tls: Option<ClientTls>,
+    /// User authentication.
+    pub auth: Option<EtcdAuth>,
     /// Key prefix, starting with `/`, without a trailing `/`.
     pub prefix: String,
     /// Lease TTL asked for, in seconds.
@@ -464,6 +568,8 @@ impl EtcdConfig {
     pub fn new(endpoints: Vec<String>) -> EtcdConfig {
         EtcdConfig {
             endpoints,
+            tls: None,
+            auth: None,
             prefix: EtcdConfig::DEFAULT_PREFIX.into(),
             lease_ttl_secs: EtcdConfig::DEFAULT_TTL_SECS,
             claim_timeout: Duration::from_secs(EtcdConfig::DEFAULT_TTL_SECS + 2),
@@ -811,6 +917,9 @@ impl Config {
                 }
                 etcd.claim_timeout =
                     Duration::from_secs(claim_timeout.unwrap_or(etcd.lease_ttl_secs + 2));
+                let https = etcd.endpoints.iter().any(|e| e.starts_with("https://"));
+                etcd.tls = resolve_etcd_tls(args, &src, https)?;
+                etcd.auth = resolve_etcd_auth(args, &src)?;
                 config.etcd = Some(etcd);
             }
             None => {
@@ -821,6 +930,11 @@ impl Config {
                 let stray = [
                     (prefix.is_some(), "--etcd-prefix"),
                     (ttl.is_some(), "--lease-ttl-secs"),
+                    (args.etcd_ca.is_some(), "--etcd-ca"),
+                    (args.etcd_cert.is_some(), "--etcd-cert"),
+                    (args.etcd_key.is_some(), "--etcd-key"),
+                    (args.etcd_user.is_some(), "--etcd-user"),
+                    (args.etcd_password_file.is_some(), "--etcd-password-file"),
                     (
                         claim_timeout.is_some() && !zookeeper_given,
                         "--claim-timeout-secs",
@@ -954,6 +1068,160 @@ fn resolve_tls(
     }
 }
 
+/// A file path setting: `Some` when given (an empty path is an error).
+fn path_setting(
+    src: &Sources<'_>,
+    cli: Option<&PathBuf>,
+    flag: &str,
+    key: &str,
+) -> Result<Option<(PathBuf, String)>, ConfigError> {
+    let cli = cli.map(|p| p.to_string_lossy().into_owned());
+    match src.pick(cli.as_deref(), flag, key) {
+        Some((text, name)) if text.is_empty() => Err(ConfigError::invalid(
+            &name,
+            "expected a file path, found an empty string",
+        )),
+        Some((text, name)) => Ok(Some((PathBuf::from(text), name))),
+        None => Ok(None),
+    }
+}
+
+/// `--etcd-ca`, `--etcd-cert`, `--etcd-key`: read and checked now, so a bad file stops the
+/// start with one line. TLS goes with `https://` endpoints, and they need a CA.
+fn resolve_etcd_tls(
+    args: &ServeArgs,
+    src: &Sources<'_>,
+    https: bool,
+) -> Result<Option<ClientTls>, ConfigError> {
+    let ca = path_setting(src, args.etcd_ca.as_ref(), "etcd-ca", "etcd_ca")?;
+    let cert = path_setting(src, args.etcd_cert.as_ref(), "etcd-cert", "etcd_cert")?;
+    let key = path_setting(src, args.etcd_key.as_ref(), "etcd-key", "etcd_key")?;
+    if !https {
+        if let Some((_, name)) = ca.as_ref().or(cert.as_ref()).or(key.as_ref()) {
+            return Err(ConfigError(format!(
+                "{name} needs https:// etcd endpoints (--etcd-endpoints https://HOST:PORT)"
+            )));
+        }
+        return Ok(None);
+    }
+    let Some((ca_path, _)) = ca else {
+        return Err(ConfigError(
+            "https:// etcd endpoints need --etcd-ca (the CA that signed etcd's server certificate)"
+                .into(),
+        ));
+    };
+    let ca_pem = crate::tls::read_pem_file(&ca_path, "--etcd-ca").map_err(ConfigError)?;
+    crate::tls::parse_certs(&ca_pem, &ca_path, "--etcd-ca").map_err(ConfigError)?;
+    let mut files = vec![ca_path];
+    let identity = match (cert, key) {
+        (Some((cert_path, _)), Some((key_path, _))) => {
+            let cert_pem =
+                crate::tls::read_pem_file(&cert_path, "--etcd-cert").map_err(ConfigError)?;
+            crate::tls::parse_certs(&cert_pem, &cert_path, "--etcd-cert").map_err(ConfigError)?;
+            let key_pem =
+                crate::tls::read_pem_file(&key_path, "--etcd-key").map_err(ConfigError)?;
+            crate::tls::parse_key(&key_pem, &key_path, "--etcd-key").map_err(ConfigError)?;
+            files.extend([cert_path, key_path]);
+            Some((
+                cert_pem,
+                Secret::new(String::from_utf8_lossy(&key_pem).into_owned()),
+            ))
+        }
+        (Some(_), None) => {
+            return Err(ConfigError(
+                "--etcd-cert needs --etcd-key (the certificate's private key)".into(),
+            ));
+        }
+        (None, Some(_)) => {
+            return Err(ConfigError(
+                "--etcd-key needs --etcd-cert (the certificate it belongs to)".into(),
+            ));
+        }
+        (None, None) => None,
+    };
+    Ok(Some(ClientTls {
+        ca_pem,
+        identity,
+        files,
+    }))
+}
+
+/// `--etcd-user` with its password from `--etcd-password-file` or `SNOWFLAKE_ETCD_PASSWORD`.
+fn resolve_etcd_auth(args: &ServeArgs, src: &Sources<'_>) -> Result<Option<EtcdAuth>, ConfigError> {
+    let user = src.pick(args.etcd_user.as_deref(), "etcd-user", "etcd_user");
+    let file = path_setting(
+        src,
+        args.etcd_password_file.as_ref(),
+        "etcd-password-file",
+        "etcd_password_file",
+    )?;
+    let from_env = std::env::var("SNOWFLAKE_ETCD_PASSWORD").ok();
+    let password = match (file, from_env) {
+        (Some((path, name)), _) => Some(read_password(&path, &name)?),
+        (None, Some(value)) if !value.is_empty() => Some(Secret::new(value)),
+        (None, _) => None,
+    };
+    match (user, password) {
+        (Some((user, name)), Some(password)) => {
+            if user.is_empty() || user.len() > 256 || user.chars().any(char::is_control) {
+                return Err(ConfigError::invalid(
+                    &name,
+                    "expected an etcd user name (1..=256 printable characters)",
+                ));
+            }
+            Ok(Some(EtcdAuth { user, password }))
+        }
+        (Some((_, name)), None) => Err(ConfigError(format!(
+            "{name} needs a password: --etcd-password-file FILE or SNOWFLAKE_ETCD_PASSWORD"
+        ))),
+        (None, Some(_)) => Err(ConfigError(
+            "an etcd password (--etcd-password-file or SNOWFLAKE_ETCD_PASSWORD) needs --etcd-user"
+                .into(),
+        )),
+        (None, None) => Ok(None),
+    }
+}
+
+/// A password file: one line (a trailing newline is not part of it), at most 4 KiB.
+fn read_password(path: &Path, name: &str) -> Result<Secret, ConfigError> {
+    let bytes = crate::tls::read_pem_file(path, "--etcd-password-file").map_err(ConfigError)?;
+    if bytes.len() > 4096 {
+        return Err(ConfigError::invalid(
+            name,
+            format!(
+                "{} is larger than 4096 bytes; expected one line",
+                path.display()
+            ),
+        ));
+    }
+    let text = String::from_utf8(bytes)
+        .map_err(|_| ConfigError::invalid(name, format!("{} is not UTF-8 text", path.display())))?;
+    let password = text.strip_suffix('\n').unwrap_or(&text);
+    let password = password.strip_suffix('\r').unwrap_or(password);
+    if password.is_empty() || password.contains('\n') {
+        return Err(ConfigError::invalid(
+            name,
+            format!("{} must hold the password on one line", path.display()),
+        ));
+    }
+    warn_if_world_readable(path);
+    Ok(Secret::new(password))
+}
+
+/// Warns when a secret's file can be read by every user.
+fn warn_if_world_readable(path: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    if let Ok(meta) = std::fs::metadata(path)
+        && meta.permissions().mode() & 0o004 != 0
+    {
+        // Logging may not be set up yet when the configuration is resolved.
+        eprintln!(
+            "warning: {} is readable by every user on this machine; make it 0600 or 0640",
+            path.display()
+        );
+    }
+}
+
 /// A configuration problem, in one line naming the setting, the value and what is valid.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
@@ -993,6 +1261,11 @@ const FILE_KEYS: &[&str] = &[
     "log",
     "etcd_endpoints",
     "etcd_prefix",
+    "etcd_ca",
+    "etcd_cert",
+    "etcd_key",
+    "etcd_user",
+    "etcd_password_file",
     "lease_ttl_secs",
     "claim_timeout_secs",
     "advertise_addr",
@@ -1108,19 +1381,28 @@ fn parse_endpoints(text: &str) -> Result<Vec<String>, String> {
                 text.chars().take(200).collect::<String>()
             ));
         }
-        if item.starts_with("https://") {
-            return Err(format!(
-                "TLS to etcd is not supported yet; expected http://HOST:PORT, found {shown:?}"
-            ));
-        }
-        let authority = item.strip_prefix("http://").unwrap_or(item);
+        let (scheme, authority) = match item.strip_prefix("https://") {
+            Some(rest) => ("https", rest),
+            None => ("http", item.strip_prefix("http://").unwrap_or(item)),
+        };
         let authority = authority.strip_suffix('/').unwrap_or(authority);
         if !is_host_port(authority) {
             return Err(format!(
-                "expected http://HOST:PORT (e.g. http://127.0.0.1:2379), found {shown:?}"
+                "expected http://HOST:PORT or https://HOST:PORT (e.g. http://127.0.0.1:2379), \
+                 found {shown:?}"
             ));
         }
-        let url = format!("http://{authority}");
+        let url = format!("{scheme}://{authority}");
+        if urls
+            .first()
+            .is_some_and(|first: &String| !first.starts_with(&format!("{scheme}://")))
+        {
+            return Err(format!(
+                "expected every endpoint to use the same scheme (all http:// or all https://), \
+                 found {shown:?} beside {:?}",
+                urls[0]
+            ));
+        }
         if url.parse::<http::Uri>().is_err() {
             return Err(format!("expected http://HOST:PORT, found {shown:?}"));
         }

@@ -377,8 +377,8 @@ fn etcd_endpoints_are_normalized_to_http_urls() {
 fn bad_etcd_endpoints_are_explained() {
     let name = "invalid --etcd-endpoints (or SNOWFLAKE_ETCD_ENDPOINTS): ";
     let cases: [(&str, &str); 14] = [
-        ("https://10.0.0.1:2379", "TLS to etcd is not supported"),
-        ("a:2379,https://b:2379", "TLS to etcd is not supported"),
+        ("a:2379,https://b:2379", "the same scheme"),
+        ("https://a:2379,http://b:2379", "the same scheme"),
         ("", "found an empty entry"),
         ("a:2379,,b:2379", "found an empty entry"),
         ("a:2379,", "found an empty entry"),
@@ -400,8 +400,39 @@ fn bad_etcd_endpoints_are_explained() {
         );
         assert_eq!(got.lines().count(), 1, "{got:?}");
     }
+    let got = err(&etcd_args("https://10.0.0.1:2379,http://10.0.0.2:2379"));
+    assert!(got.contains("\"http://10.0.0.2:2379\""), "{got}");
+    // https:// needs the CA to verify etcd with, and TLS files need https://.
     let got = err(&etcd_args("https://10.0.0.1:2379"));
-    assert!(got.contains("\"https://10.0.0.1:2379\""), "{got}");
+    assert!(
+        got.contains("https:// etcd endpoints need --etcd-ca"),
+        "{got}"
+    );
+    let mut args = etcd_args("http://10.0.0.1:2379");
+    args.etcd_ca = Some("/etc/ssl/ca.pem".into());
+    let got = err(&args);
+    assert!(
+        got.contains("--etcd-ca (or SNOWFLAKE_ETCD_CA) needs https://"),
+        "{got}"
+    );
+    let mut args = etcd_args("http://10.0.0.1:2379");
+    args.etcd_user = Some("snowflake".into());
+    let got = err(&args);
+    assert!(
+        got.contains("needs a password: --etcd-password-file"),
+        "{got}"
+    );
+    let mut args = etcd_args("http://10.0.0.1:2379");
+    args.etcd_password_file = Some("/nonexistent/password".into());
+    let got = err(&args);
+    assert!(
+        got.contains("cannot read --etcd-password-file /nonexistent/password"),
+        "{got}"
+    );
+    let mut args = ServeArgs::default();
+    args.etcd_user = Some("snowflake".into());
+    let got = err(&args);
+    assert!(got.contains("--etcd-user needs --etcd-endpoints"), "{got}");
     // User input echoed in an error is cut short.
     let long = format!("{}:2379", "x".repeat(1000));
     let got = err(&etcd_args(&format!("{long},a b:1")));
@@ -658,10 +689,10 @@ fn etcd_settings_from_the_config_file() {
         });
         (got, toml.path().display().to_string())
     };
-    let (got, path) = shown("etcd_endpoints = \"https://10.0.0.1:2379\"\n");
+    let (got, path) = shown("etcd_endpoints = \"http://10.0.0.1:2379,https://10.0.0.2:2379\"\n");
     assert!(
         got.contains(&format!("invalid etcd_endpoints in {path}"))
-            && got.contains("TLS to etcd is not supported"),
+            && got.contains("the same scheme"),
         "{got}"
     );
     let (got, path) = shown("etcd_endpoints = \"10.0.0.1:2379\"\nlease_ttl_secs = 1\n");

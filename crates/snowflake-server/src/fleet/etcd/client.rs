@@ -11,12 +11,36 @@
 //! receiving a share of the calls.
 
 use super::pb;
+use super::pb::auth_client::AuthClient;
 use super::pb::kv_client::KvClient;
 use super::pb::lease_client::LeaseClient;
+use crate::config::{ClientTls, EtcdAuth};
+use std::sync::RwLock;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 use tokio::sync::mpsc;
-use tonic::transport::{Channel, Endpoint};
+use tonic::metadata::{Ascii, MetadataValue};
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
+
+/// A member's channel with the auth token (if any) added to every call.
+pub type AuthedChannel = InterceptedService<Channel, TokenInterceptor>;
+
+/// Adds etcd's auth token as the `token` metadata of a call.
+#[derive(Debug, Clone)]
+pub struct TokenInterceptor(Option<MetadataValue<Ascii>>);
+
+impl tonic::service::Interceptor for TokenInterceptor {
+    fn call(
+        &mut self,
+        mut request: tonic::Request<()>,
+    ) -> Result<tonic::Request<()>, tonic::Status> {
+        if let Some(token) = &self.0 {
+            request.metadata_mut().insert("token", token.clone());
+        }
+        Ok(request)
+    }
+}
 
 /// Why an etcd call failed.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -52,6 +76,9 @@ pub struct EtcdClient {
     members: Vec<Member>,
     /// The member the next call goes to.
     current: AtomicUsize,
+    /// etcd's user authentication, and the token it gave (cleared when etcd says it is no
+    /// longer valid: a restarted member forgets its tokens, and "simple" tokens expire).
+    auth: Option<(EtcdAuth, RwLock<Option<MetadataValue<Ascii>>>)>,
 }
 
 /// A keep-alive stream: send one request, read one answer.
@@ -63,16 +90,40 @@ pub struct KeepAliveStream {
 }
 
 impl EtcdClient {
-    /// A client for `urls` (`http://host:port`); connects lazily, so this never waits.
-    pub fn new(urls: &[String], connect_timeout: Duration) -> Result<EtcdClient, EtcdError> {
+    /// A client for `urls` (`http://host:port`, or `https://` with `tls`), authenticating as
+    /// `auth` when given; connects lazily, so this never waits.
+    pub fn new(
+        urls: &[String],
+        tls: Option<&ClientTls>,
+        auth: Option<&EtcdAuth>,
+        connect_timeout: Duration,
+    ) -> Result<EtcdClient, EtcdError> {
+        let tls_config = tls.map(|tls| {
+            let mut config =
+                ClientTlsConfig::new().ca_certificate(Certificate::from_pem(&tls.ca_pem));
+            if let Some((cert, key)) = &tls.identity {
+                config = config.identity(Identity::from_pem(cert, key.expose()));
+            }
+            config
+        });
         let members = urls
             .iter()
             .map(|url| {
-                let endpoint = Endpoint::from_shared(url.clone())
-                    .map_err(|e| EtcdError::Call {
+                let mut endpoint =
+                    Endpoint::from_shared(url.clone()).map_err(|e| EtcdError::Call {
                         endpoint: url.clone(),
                         message: format!("invalid endpoint URL: {e}"),
-                    })?
+                    })?;
+                if let Some(config) = &tls_config {
+                    endpoint =
+                        endpoint
+                            .tls_config(config.clone())
+                            .map_err(|e| EtcdError::Call {
+                                endpoint: url.clone(),
+                                message: format!("cannot set up TLS: {e}"),
+                            })?;
+                }
+                let endpoint = endpoint
                     .connect_timeout(connect_timeout)
                     .tcp_nodelay(true)
                     .http2_keep_alive_interval(Duration::from_secs(5))
@@ -87,7 +138,65 @@ impl EtcdClient {
         Ok(EtcdClient {
             members,
             current: AtomicUsize::new(0),
+            auth: auth.map(|auth| (auth.clone(), RwLock::new(None))),
         })
+    }
+
+    /// The token to send to `member`, authenticating first when there is none yet.
+    async fn token(
+        &self,
+        member: &Member,
+        timeout: Duration,
+    ) -> Result<TokenInterceptor, EtcdError> {
+        let Some((auth, token)) = &self.auth else {
+            return Ok(TokenInterceptor(None));
+        };
+        if let Some(token) = token.read().unwrap_or_else(|p| p.into_inner()).clone() {
+            return Ok(TokenInterceptor(Some(token)));
+        }
+        let mut client = AuthClient::new(member.channel.clone());
+        let call = client.authenticate(pb::AuthenticateRequest {
+            name: auth.user.clone(),
+            password: auth.password.expose().to_owned(),
+        });
+        let answer = match tokio::time::timeout(timeout, call).await {
+            Ok(Ok(answer)) => answer.into_inner(),
+            Ok(Err(status)) => {
+                return Err(EtcdError::Call {
+                    endpoint: member.url.clone(),
+                    message: format!(
+                        "cannot authenticate as etcd user {:?}: {}",
+                        auth.user,
+                        describe(&status)
+                    ),
+                });
+            }
+            Err(_) => {
+                return Err(EtcdError::Timeout {
+                    endpoint: member.url.clone(),
+                    timeout,
+                });
+            }
+        };
+        let value =
+            MetadataValue::try_from(answer.token.as_str()).map_err(|_| EtcdError::Call {
+                endpoint: member.url.clone(),
+                message: "etcd answered an auth token that is not ASCII".into(),
+            })?;
+        *token.write().unwrap_or_else(|p| p.into_inner()) = Some(value.clone());
+        tracing::info!(user = %auth.user, endpoint = %member.url, "authenticated to etcd");
+        Ok(TokenInterceptor(Some(value)))
+    }
+
+    /// After etcd refused our token: authenticate again on the next call.
+    fn token_refused(&self, status: &tonic::Status) {
+        if let Some((_, token)) = &self.auth
+            && (status.code() == tonic::Code::Unauthenticated
+                || status.message().contains("invalid auth token")
+                || status.message().contains("user name is empty"))
+        {
+            *token.write().unwrap_or_else(|p| p.into_inner()) = None;
+        }
     }
 
     /// The member the next call goes to.
@@ -110,13 +219,24 @@ impl EtcdClient {
     /// next member for the next call.
     async fn call<T, F, Fut>(&self, timeout: Duration, f: F) -> Result<T, EtcdError>
     where
-        F: FnOnce(Channel) -> Fut,
+        F: FnOnce(AuthedChannel) -> Fut,
         Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
     {
         let (index, member) = self.member();
-        match tokio::time::timeout(timeout, f(member.channel.clone())).await {
+        let started = tokio::time::Instant::now();
+        let token = match self.token(member, timeout).await {
+            Ok(token) => token,
+            Err(err) => {
+                self.failed(index);
+                return Err(err);
+            }
+        };
+        let channel = InterceptedService::new(member.channel.clone(), token);
+        let left = timeout.saturating_sub(started.elapsed());
+        match tokio::time::timeout(left, f(channel)).await {
             Ok(Ok(response)) => Ok(response.into_inner()),
             Ok(Err(status)) => {
+                self.token_refused(&status);
                 self.failed(index);
                 Err(EtcdError::Call {
                     endpoint: member.url.clone(),

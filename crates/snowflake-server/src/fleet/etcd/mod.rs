@@ -226,12 +226,17 @@ impl EtcdLease {
         worker_id: Option<u64>,
         holder: &Holder,
     ) -> Result<EtcdLease, ClaimError> {
-        let client = EtcdClient::new(&config.endpoints, call_timeout(config.lease_ttl_secs))
-            .map_err(|e| ClaimError::Unreachable {
-                endpoints: config.endpoints.join(","),
-                waited_secs: 0,
-                last: e.to_string(),
-            })?;
+        let client = EtcdClient::new(
+            &config.endpoints,
+            config.tls.as_ref(),
+            config.auth.as_ref(),
+            call_timeout(config.lease_ttl_secs),
+        )
+        .map_err(|e| ClaimError::Unreachable {
+            endpoints: config.endpoints.join(","),
+            waited_secs: 0,
+            last: e.to_string(),
+        })?;
         let holder_json = serde_json::to_string(holder).unwrap_or_else(|_| "{}".into());
         let started = Instant::now();
         let deadline = started.checked_add(config.claim_timeout).unwrap_or(started);
@@ -818,9 +823,14 @@ async fn read_pair(
 /// A client for an operator tool, and its call timeout.
 fn operator_client(config: &EtcdConfig) -> Result<(EtcdClient, Duration), String> {
     let timeout = call_timeout(config.lease_ttl_secs);
-    EtcdClient::new(&config.endpoints, timeout)
-        .map(|client| (client, timeout))
-        .map_err(|e| e.to_string())
+    EtcdClient::new(
+        &config.endpoints,
+        config.tls.as_ref(),
+        config.auth.as_ref(),
+        timeout,
+    )
+    .map(|client| (client, timeout))
+    .map_err(|e| e.to_string())
 }
 
 /// The pair's mark in etcd as an operator sees it (`snowflake state show`): its
