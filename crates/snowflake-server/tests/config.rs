@@ -429,8 +429,10 @@ fn bad_etcd_endpoints_are_explained() {
         got.contains("cannot read --etcd-password-file /nonexistent/password"),
         "{got}"
     );
-    let mut args = ServeArgs::default();
-    args.etcd_user = Some("snowflake".into());
+    let args = ServeArgs {
+        etcd_user: Some("snowflake".into()),
+        ..ServeArgs::default()
+    };
     let got = err(&args);
     assert!(got.contains("--etcd-user needs --etcd-endpoints"), "{got}");
     // User input echoed in an error is cut short.
