@@ -84,6 +84,9 @@ struct Target {
     /// The ZooKeeper path of the datacenter's workers [default: /snowflake-servers].
     #[arg(long, env = "SNOWFLAKE_ZOOKEEPER_PATH", value_name = "PATH")]
     zookeeper_path: Option<String>,
+    /// File holding `user:password` for ZooKeeper's digest scheme (the fleet's identity).
+    #[arg(long, env = "SNOWFLAKE_ZOOKEEPER_AUTH_FILE", value_name = "FILE")]
+    zookeeper_auth_file: Option<PathBuf>,
     /// The pair's datacenter id, 0..=31.
     #[arg(long, value_name = "D", allow_negative_numbers = true)]
     datacenter_id: Option<String>,
@@ -115,6 +118,7 @@ impl Target {
             etcd_password_file: self.etcd_password_file.clone(),
             zookeeper: self.zookeeper.clone(),
             zookeeper_path: self.zookeeper_path.clone(),
+            zookeeper_auth_file: self.zookeeper_auth_file.clone(),
             datacenter_id: self.datacenter_id.clone(),
             worker_id: self.worker_id.clone(),
             ..ServeArgs::default()

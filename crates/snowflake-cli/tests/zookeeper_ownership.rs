@@ -7,8 +7,8 @@
 //! that the other node gets the worker while the holder's session is still alive: unfrozen, a
 //! holder would notice the deletion and register the worker again itself first.
 
-use crate::support::{ServeProcess, assert_exit, temp_dir, try_get, worker_in};
-use crate::zookeeper_fleet::{PATH, session_of, zk_node_with_session};
+use crate::support::{ServeProcess, assert_exit, temp_dir, try_get, worker_in, worker_of};
+use crate::zookeeper_fleet::{MARKS, PATH, mark, session_of, zk_node_with_session};
 use crate::zookeeper_server::ZooKeeper;
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -248,4 +248,88 @@ fn a_graceful_stop_never_deletes_a_znode_another_session_owns() {
     let finished = b.stop_with("TERM");
     assert_exit(&finished, 0);
     assert_eq!(zk.get(&format!("{PATH}/0")), None, "B released its own");
+}
+
+/// A digest identity file (0600) holding `line`.
+fn auth_file(dir: &std::path::Path, name: &str, line: &str) -> std::path::PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let path = dir.join(name);
+    std::fs::write(&path, format!("{line}\n")).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    path
+}
+
+// SPEC §8 "Security": with `--zookeeper-auth-file`, every znode the node creates (its
+// registration, its mark, and the parents it creates) is `world:anyone:r` plus all rights for
+// its digest identity only: the 2010 tooling still reads the layout, nobody else can delete a
+// registration or change a mark (the deletion that once let two nodes share a worker).
+#[test]
+fn with_a_digest_identity_others_read_the_2010_layout_but_cannot_change_it() {
+    let zk = ZooKeeper::start();
+    let secrets = temp_dir();
+    let identity = auth_file(secrets.path(), "zk-auth", "snowflake:zk-pass-7");
+    let (a_dir, b_dir, c_dir) = (temp_dir(), temp_dir(), temp_dir());
+    let a = zk_node_with_session(&zk, a_dir.path(), 4000)
+        .arg("--zookeeper-auth-file")
+        .arg(&identity)
+        .start();
+    assert_eq!(worker_of(&a), 0);
+    let registration = format!("{PATH}/0");
+    let mark_znode = format!("{MARKS}/0");
+    // The 2010 view, without any identity.
+    assert_eq!(zk.children(PATH), ["0"]);
+    assert_eq!(zk.get(&registration), Some(a.thrift_addr().to_string()));
+    let mark_before = mark(&zk, 0);
+    for path in [PATH, MARKS, registration.as_str(), mark_znode.as_str()] {
+        let acl = zk.cli(&[&format!("getAcl {path}")]);
+        assert!(
+            acl.contains("'world,'anyone\n: r") && acl.contains("'digest,'snowflake:"),
+            "{path}: {acl}"
+        );
+        assert!(!acl.contains("'world,'anyone\n: cdrwa"), "{path}: {acl}");
+    }
+    // Without the identity: no deletion of the registration, no write or deletion of the mark.
+    let refused = zk.cli(&[
+        &format!("delete {registration}"),
+        &format!("set {mark_znode} {{\"high_water_ms\":0}}"),
+        &format!("delete {mark_znode}"),
+    ]);
+    assert_eq!(
+        refused.matches("Insufficient permission").count(),
+        3,
+        "each change refused (NoAuth):\n{refused}"
+    );
+    assert_eq!(zk.get(&registration), Some(a.thrift_addr().to_string()));
+    assert!(mark(&zk, 0) >= mark_before);
+    assert_eq!(a.get("/v1/id").status, 200);
+
+    // Another node with the same identity joins the fleet under the protected parents.
+    let b = zk_node_with_session(&zk, b_dir.path(), 4000)
+        .arg("--zookeeper-auth-file")
+        .arg(&identity)
+        .start();
+    assert_eq!(worker_of(&b), 1);
+    assert_eq!(b.get("/v1/id").status, 200);
+
+    // A node with another password cannot register there, and says why.
+    let wrong = auth_file(secrets.path(), "zk-wrong", "snowflake:not-it");
+    let c = zk_node_with_session(&zk, c_dir.path(), 4000)
+        .args(["--claim-timeout-secs", "2"])
+        .arg("--zookeeper-auth-file")
+        .arg(&wrong)
+        .run_to_exit();
+    assert_exit(&c, 1);
+    assert!(
+        c.stderr.contains("NoAuth") || c.stderr.contains("no auth"),
+        "{}",
+        c.stderr
+    );
+    assert!(
+        !c.stderr.contains("not-it") && !c.stderr.contains("zk-pass-7"),
+        "{}",
+        c.stderr
+    );
+    assert!(!a.stderr().contains("zk-pass-7"));
+    assert_exit(&a.stop_with("TERM"), 0);
+    assert_exit(&b.stop_with("TERM"), 0);
 }

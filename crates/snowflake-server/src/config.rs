@@ -319,6 +319,17 @@ pub struct ServeArgs {
     )]
     pub zookeeper_path: Option<String>,
 
+    /// File holding `user:password` (one line) for ZooKeeper's digest scheme: the node
+    /// authenticates with it, and every znode it creates gets `world:anyone:r` plus all rights
+    /// for that identity only, so others can read the 2010 layout but not change it.
+    #[arg(
+        long,
+        env = "SNOWFLAKE_ZOOKEEPER_AUTH_FILE",
+        value_name = "FILE",
+        help_heading = "Fleet (ZooKeeper)"
+    )]
+    pub zookeeper_auth_file: Option<PathBuf>,
+
     /// ZooKeeper session timeout asked for, 1000..=120000 ms [default: 10000]; the server may
     /// narrow it to its own bounds. A crashed node's worker is free again after this long.
     #[arg(
@@ -465,6 +476,9 @@ pub struct ZooKeeperConfig {
     pub claim_timeout: Duration,
     /// The largest accepted distance from the peers' mean clock, in ms.
     pub max_peer_skew_ms: u64,
+    /// The digest identity (`user:password`) the node authenticates with and protects its
+    /// znodes for.
+    pub auth: Option<Secret>,
 }
 
 impl ZooKeeperConfig {
@@ -479,6 +493,7 @@ impl ZooKeeperConfig {
             session_timeout: Duration::from_secs(10),
             claim_timeout: Duration::from_secs(12),
             max_peer_skew_ms: 10_000,
+            auth: None,
         }
     }
 
@@ -999,11 +1014,20 @@ impl Config {
                     Some(secs) => Duration::from_secs(secs),
                     None => zk.session_timeout + Duration::from_secs(2),
                 };
+                if let Some((path, name)) = path_setting(
+                    &src,
+                    args.zookeeper_auth_file.as_ref(),
+                    "zookeeper-auth-file",
+                    "zookeeper_auth_file",
+                )? {
+                    zk.auth = Some(read_digest(&path, &name)?);
+                }
                 config.zookeeper = Some(zk);
             }
             None => {
                 let stray = [
                     (zk_path.is_some(), "--zookeeper-path"),
+                    (args.zookeeper_auth_file.is_some(), "--zookeeper-auth-file"),
                     (session_timeout.is_some(), "--zookeeper-session-timeout-ms"),
                     (skew.is_some(), "--max-peer-skew-ms"),
                 ];
@@ -1184,7 +1208,7 @@ fn resolve_etcd_auth(args: &ServeArgs, src: &Sources<'_>) -> Result<Option<EtcdA
 
 /// A password file: one line (a trailing newline is not part of it), at most 4 KiB.
 fn read_password(path: &Path, name: &str) -> Result<Secret, ConfigError> {
-    let bytes = crate::tls::read_pem_file(path, "--etcd-password-file").map_err(ConfigError)?;
+    let bytes = crate::tls::read_pem_file(path, name).map_err(ConfigError)?;
     if bytes.len() > 4096 {
         return Err(ConfigError::invalid(
             name,
@@ -1206,6 +1230,21 @@ fn read_password(path: &Path, name: &str) -> Result<Secret, ConfigError> {
     }
     warn_if_world_readable(path);
     Ok(Secret::new(password))
+}
+
+/// A digest identity file: one line `user:password`.
+fn read_digest(path: &Path, name: &str) -> Result<Secret, ConfigError> {
+    let line = read_password(path, name)?;
+    match line.expose().split_once(':') {
+        Some((user, password)) if !user.is_empty() && !password.is_empty() => Ok(line),
+        _ => Err(ConfigError::invalid(
+            name,
+            format!(
+                "{} must hold one line user:password (ZooKeeper's digest scheme)",
+                path.display()
+            ),
+        )),
+    }
 }
 
 /// Warns when a secret's file can be read by every user.
@@ -1271,6 +1310,7 @@ const FILE_KEYS: &[&str] = &[
     "advertise_addr",
     "zookeeper",
     "zookeeper_path",
+    "zookeeper_auth_file",
     "zookeeper_session_timeout_ms",
     "max_peer_skew_ms",
     "worker_id_from_hostname",

@@ -191,10 +191,14 @@ pub struct ZooKeeperRegistration {
 /// Opens a session within `timeout`.
 async fn connect(config: &ZooKeeperConfig, timeout: Duration) -> Result<zk::Client, String> {
     let servers = config.servers.join(",");
-    let connect = zk::Client::connector()
+    let mut connector = zk::Client::connector();
+    connector = connector
         .with_session_timeout(config.session_timeout)
-        .with_connection_timeout(call_timeout(config.session_timeout))
-        .connect(&servers);
+        .with_connection_timeout(call_timeout(config.session_timeout));
+    if let Some(auth) = &config.auth {
+        connector = connector.with_auth("digest", auth.expose().as_bytes());
+    }
+    let connect = connector.connect(&servers);
     match tokio::time::timeout(timeout, connect).await {
         Ok(Ok(client)) => Ok(client),
         Ok(Err(err)) => Err(format!("cannot open a session: {err}")),
@@ -219,12 +223,45 @@ async fn close(client: Arc<zk::Client>, timeout: Duration) -> bool {
     tokio::time::timeout(timeout, closed).await.is_ok()
 }
 
-fn persistent() -> zk::CreateOptions<'static> {
-    zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all())
+/// With a digest identity (`--zookeeper-auth-file`): anyone may read (the 2010 tooling's view),
+/// and only the session's own authenticated identity (the `auth` scheme, which ZooKeeper
+/// expands to it) may do anything else.
+static PROTECTED: [zk::Acl; 2] = [
+    zk::Acl::new_const(zk::Permission::READ, "world", "anyone"),
+    zk::Acl::new_const(zk::Permission::ALL, "auth", ""),
+];
+
+/// The ACLs of every znode the node creates: protected with a digest identity, else open as in
+/// 2010. ACLs are not inherited, so every create sets them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Protection {
+    Open,
+    Digest,
 }
 
-fn ephemeral() -> zk::CreateOptions<'static> {
-    zk::CreateMode::Ephemeral.with_acls(zk::Acls::anyone_all())
+impl Protection {
+    fn of(config: &ZooKeeperConfig) -> Protection {
+        if config.auth.is_some() {
+            Protection::Digest
+        } else {
+            Protection::Open
+        }
+    }
+
+    fn acls(self) -> zk::Acls<'static> {
+        match self {
+            Protection::Open => zk::Acls::anyone_all(),
+            Protection::Digest => zk::Acls::new(&PROTECTED),
+        }
+    }
+
+    fn persistent(self) -> zk::CreateOptions<'static> {
+        zk::CreateMode::Persistent.with_acls(self.acls())
+    }
+
+    fn ephemeral(self) -> zk::CreateOptions<'static> {
+        zk::CreateMode::Ephemeral.with_acls(self.acls())
+    }
 }
 
 fn session_hex(client: &zk::Client) -> String {
@@ -243,6 +280,12 @@ enum CallError {
 impl std::fmt::Display for CallError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
+            CallError::Zk(zk::Error::NoAuth) => write!(
+                f,
+                "not authorized (NoAuth): the znode's ACL does not grant this node's identity; \
+                 the fleet's znodes belong to the digest identity of --zookeeper-auth-file \
+                 (user:password), and every node of the path must use the same one"
+            ),
             CallError::Zk(err) => write!(f, "{err}"),
             CallError::Timeout(t) => write!(f, "no answer within {} ms", t.as_millis()),
         }
@@ -310,9 +353,15 @@ fn claimed_mark(data: &[u8], epoch_ms: u64, session: &str) -> String {
 async fn read_mark_znode(
     client: &zk::Client,
     mark_path: &str,
+    protection: Protection,
     timeout: Duration,
 ) -> Result<(Vec<u8>, i32), String> {
-    match bounded(timeout, client.create(mark_path, b"", &persistent())).await {
+    match bounded(
+        timeout,
+        client.create(mark_path, b"", &protection.persistent()),
+    )
+    .await
+    {
         Ok(_) | Err(CallError::Zk(zk::Error::NodeExists)) => {}
         Err(err) => return Err(err.to_string()),
     }
@@ -329,9 +378,10 @@ async fn try_register(
     mark_path: &str,
     data: &str,
     layout: &Layout,
+    protection: Protection,
     timeout: Duration,
 ) -> Result<Attempt, String> {
-    let (mark, _) = read_mark_znode(client, mark_path, timeout).await?;
+    let (mark, _) = read_mark_znode(client, mark_path, protection, timeout).await?;
     if let Err(reason) = usable_mark(&mark, layout) {
         return Ok(Attempt::Unusable {
             reason,
@@ -341,7 +391,7 @@ async fn try_register(
     let session = session_hex(client);
     let czxid = match bounded(
         timeout,
-        client.create(node_path, data.as_bytes(), &ephemeral()),
+        client.create(node_path, data.as_bytes(), &protection.ephemeral()),
     )
     .await
     {
@@ -350,7 +400,10 @@ async fn try_register(
             return match bounded(timeout, client.get_data(node_path)).await {
                 // Our own earlier attempt landed although its answer was lost.
                 Ok((_, stat)) if format!("{:x}", stat.ephemeral_owner) == session => {
-                    claim_mark(client, node_path, mark_path, layout, stat.czxid, timeout).await
+                    claim_mark(
+                        client, node_path, mark_path, layout, protection, stat.czxid, timeout,
+                    )
+                    .await
                 }
                 Ok((holder, stat)) => Ok(Attempt::HeldBy {
                     holder: String::from_utf8_lossy(&holder).chars().take(200).collect(),
@@ -366,7 +419,10 @@ async fn try_register(
         }
         Err(err) => return Err(err.to_string()),
     };
-    claim_mark(client, node_path, mark_path, layout, czxid, timeout).await
+    claim_mark(
+        client, node_path, mark_path, layout, protection, czxid, timeout,
+    )
+    .await
 }
 
 /// With our znode `node_path` (created at `czxid`) in place: rewrites the mark with our session
@@ -377,12 +433,13 @@ async fn claim_mark(
     node_path: &str,
     mark_path: &str,
     layout: &Layout,
+    protection: Protection,
     czxid: i64,
     timeout: Duration,
 ) -> Result<Attempt, String> {
     let session = session_hex(client);
     for _ in 0..CLAIM_ATTEMPTS {
-        let (data, version) = read_mark_znode(client, mark_path, timeout).await?;
+        let (data, version) = read_mark_znode(client, mark_path, protection, timeout).await?;
         let (floor_ms, writer) = match usable_mark(&data, layout) {
             Ok(mark) => mark,
             Err(reason) => {
@@ -580,9 +637,12 @@ impl ZooKeeperRegistration {
             .await
             .map_err(unreachable)?;
         for path in [config.path.clone(), config.marks_path()] {
-            bounded(timeout, client.mkdir(&path, &persistent()))
-                .await
-                .map_err(|e| unreachable(format!("cannot create {path}: {e}")))?;
+            bounded(
+                timeout,
+                client.mkdir(&path, &Protection::of(config).persistent()),
+            )
+            .await
+            .map_err(|e| unreachable(format!("cannot create {path}: {e}")))?;
         }
         check_peers(&client, config, datacenter_id, now_ms.as_ref(), timeout).await?;
         let mut last_error = String::new();
@@ -605,7 +665,17 @@ impl ZooKeeperRegistration {
             for w in candidates {
                 let node_path = format!("{}/{w}", config.path);
                 let mark_path = format!("{}/{w}", config.marks_path());
-                match try_register(&client, &node_path, &mark_path, &data, layout, timeout).await {
+                match try_register(
+                    &client,
+                    &node_path,
+                    &mark_path,
+                    &data,
+                    layout,
+                    Protection::of(config),
+                    timeout,
+                )
+                .await
+                {
                     Ok(Attempt::Registered {
                         floor_ms,
                         mark_version,
@@ -884,6 +954,7 @@ impl ZooKeeperRegistration {
                 &self.mark_path,
                 &self.data,
                 &self.layout,
+                Protection::of(&self.config),
                 timeout,
             )
             .await
@@ -1215,7 +1286,11 @@ pub async fn lower_mark(
     let result = async {
         match bounded(
             timeout,
-            client.create(&node_path, LOWER_MARK_HOLDER.as_bytes(), &ephemeral()),
+            client.create(
+                &node_path,
+                LOWER_MARK_HOLDER.as_bytes(),
+                &Protection::of(config).ephemeral(),
+            ),
         )
         .await
         {
