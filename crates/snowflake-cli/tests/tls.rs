@@ -381,3 +381,70 @@ fn renewed_files_are_picked_up_and_a_half_renewed_pair_keeps_the_current_one() {
     );
     assert_exit(&node.stop_with("TERM"), 0);
 }
+
+/// `snowflake bench ARGS… --json` against `addr`: its exit code and report.
+fn bench(addr: SocketAddr, args: &[&str]) -> (i32, serde_json::Value, String) {
+    let out = Command::new(crate::support::binary())
+        .args(["bench", "--addr", &addr.to_string(), "-c", "4", "-d", "1s"])
+        .args(["--json", "--no-progress"])
+        .args(args)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let report = serde_json::from_str(&stdout).unwrap_or(serde_json::Value::Null);
+    (
+        out.status.code().unwrap_or(-1),
+        report,
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn snowflake_bench_speaks_https_and_grpc_over_mutual_tls() {
+    let certs = Certs::new();
+    certs.issue("server", "snowflake-server", "ca", true, 30);
+    certs.issue("client", "bench-client", "ca", false, 30);
+    let ca = path_str(&certs, "ca.crt");
+    let (cert, key) = (
+        path_str(&certs, "client.crt"),
+        path_str(&certs, "client.key"),
+    );
+    let dir = temp_dir();
+    let node = tls_node(&certs, dir.path(), &["--tls-client-ca", &ca]);
+    let mutual = [
+        "--tls-ca",
+        ca.as_str(),
+        "--tls-client-cert",
+        cert.as_str(),
+        "--tls-client-key",
+        key.as_str(),
+    ];
+    let (code, report, stderr) = bench(node.addr(), &mutual);
+    assert_eq!(code, 0, "{stderr}\n{report}");
+    assert!(report["requests_ok"].as_u64().unwrap() > 100, "{report}");
+    assert_eq!(report["errors_total"], 0, "{report}");
+
+    let grpc = node.logged_addr("grpc listening");
+    let mut args = vec!["--protocol", "grpc", "--batch", "10"];
+    args.extend(mutual);
+    let (code, report, stderr) = bench(grpc, &args);
+    assert_eq!(code, 0, "{stderr}\n{report}");
+    assert!(report["requests_ok"].as_u64().unwrap() > 100, "{report}");
+
+    // Without the client certificate the service refuses every connection, and bench says so.
+    let (code, report, stderr) = bench(node.addr(), &["--tls-ca", &ca]);
+    assert_ne!(code, 0, "{report}");
+    assert_eq!(
+        report["requests_ok"].as_u64().unwrap_or(0),
+        0,
+        "{report}\n{stderr}"
+    );
+    // Bad flags: one line, exit 2.
+    let (code, _, stderr) = bench(node.addr(), &["--tls-client-cert", &cert]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("--tls-ca"), "{stderr}");
+    let (code, _, stderr) = bench(node.addr(), &["--protocol", "thrift", "--tls-ca", &ca]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("Thrift has no TLS"), "{stderr}");
+    assert_exit(&node.stop_with("TERM"), 0);
+}

@@ -90,6 +90,17 @@ pub struct BenchArgs {
     /// per streamed message) and count the IDs received.
     #[arg(long)]
     stream: bool,
+    /// Speak TLS (HTTPS, gRPC over TLS) and trust the service's certificate if it chains to
+    /// these CA certificates (PEM).
+    #[arg(long, value_name = "FILE")]
+    tls_ca: Option<std::path::PathBuf>,
+    /// Client certificate (PEM) for a service that requires mutual TLS; needs --tls-ca and
+    /// --tls-client-key.
+    #[arg(long, value_name = "FILE")]
+    tls_client_cert: Option<std::path::PathBuf>,
+    /// Private key (PEM) of --tls-client-cert.
+    #[arg(long, value_name = "FILE")]
+    tls_client_key: Option<std::path::PathBuf>,
     /// Print the report as one JSON object instead of text.
     #[arg(long)]
     json: bool,
@@ -143,9 +154,15 @@ impl TryFrom<&BenchArgs> for BenchConfig {
             .as_deref()
             .map(|text| parse_number("--rate", text, MAX_RATE))
             .transpose()?;
+        let tls = crate::tls::BenchTls::from_files(
+            args.tls_ca.as_deref(),
+            args.tls_client_cert.as_deref(),
+            args.tls_client_key.as_deref(),
+        )?;
         let mut builder = BenchConfig::builder()
             .protocol(args.protocol)
-            .stream(args.stream);
+            .stream(args.stream)
+            .tls(tls);
         if let Some(addr) = &args.addr {
             builder = builder.addr(addr.clone());
         }

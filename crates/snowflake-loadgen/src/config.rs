@@ -124,6 +124,8 @@ pub struct BenchConfig {
     rate: Option<u64>,
     /// Whether gRPC requests are `StreamIds` calls.
     stream: bool,
+    /// TLS to the service (HTTPS, gRPC over TLS).
+    tls: Option<crate::tls::BenchTls>,
 }
 
 impl BenchConfig {
@@ -197,6 +199,11 @@ impl BenchConfig {
     pub fn stream(&self) -> bool {
         self.stream
     }
+
+    /// TLS to the service, if any.
+    pub fn tls(&self) -> Option<&crate::tls::BenchTls> {
+        self.tls.as_ref()
+    }
 }
 
 /// Collects benchmark settings; [`build`](BenchConfigBuilder::build) validates them all.
@@ -226,6 +233,8 @@ pub struct BenchConfigBuilder {
     rate: Option<u64>,
     /// See [`BenchConfig::stream`].
     stream: bool,
+    /// See [`BenchConfig::tls`].
+    tls: Option<crate::tls::BenchTls>,
 }
 
 impl Default for BenchConfigBuilder {
@@ -243,6 +252,7 @@ impl Default for BenchConfigBuilder {
             progress: false,
             rate: None,
             stream: false,
+            tls: None,
         }
     }
 }
@@ -266,6 +276,12 @@ impl BenchConfigBuilder {
     /// off). Only valid with [`Protocol::Grpc`].
     pub fn stream(mut self, stream: bool) -> Self {
         self.stream = stream;
+        self
+    }
+
+    /// Speak TLS to the service (HTTP and gRPC; Thrift has none). `None` clears it.
+    pub fn tls(mut self, tls: impl Into<Option<crate::tls::BenchTls>>) -> Self {
+        self.tls = tls.into();
         self
     }
 
@@ -379,6 +395,20 @@ impl BenchConfigBuilder {
                 self.batch.to_string(),
             ));
         }
+        if let Some(tls) = &self.tls {
+            if self.protocol == Protocol::Thrift {
+                return Err(Error::invalid(
+                    "--tls-ca",
+                    "--protocol http or grpc (Thrift has no TLS)",
+                    "--protocol thrift",
+                ));
+            }
+            // Checked here so that a connection can never fall back to plaintext.
+            tls.client_config(b"h2")
+                .map_err(|e| Error::invalid("--tls-ca", "usable TLS files", e))?;
+            crate::tls::server_name(&addr)
+                .map_err(|e| Error::invalid("--addr", "a host TLS can verify", e))?;
+        }
         if self.stream && self.protocol != Protocol::Grpc {
             return Err(Error::invalid(
                 "--stream",
@@ -427,6 +457,7 @@ impl BenchConfigBuilder {
             progress: self.progress,
             rate: self.rate,
             stream: self.stream,
+            tls: self.tls,
         })
     }
 }

@@ -40,6 +40,8 @@ pub(crate) struct GrpcClient {
     timeout: Duration,
     /// The largest message accepted.
     message_limit: usize,
+    /// gRPC over TLS.
+    tls: Option<tonic::transport::ClientTlsConfig>,
 }
 
 impl GrpcClient {
@@ -66,15 +68,24 @@ impl GrpcClient {
             call,
             timeout: config.timeout(),
             message_limit: MESSAGE_OVERHEAD + BYTES_PER_ID * per_message as usize,
+            tls: config
+                .tls()
+                .map(|tls| tls.tonic_config(crate::tls::host(config.addr()))),
         }
     }
 
     /// Opens a channel to `addr`.
     async fn connect_to(&self, addr: SocketAddr) -> Result<Channel, ConnectFailure> {
-        let endpoint = Endpoint::from_shared(format!("http://{addr}"))
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        let mut endpoint = Endpoint::from_shared(format!("{scheme}://{addr}"))
             .map_err(|err| ConnectFailure::other(err.to_string()))?
             .connect_timeout(self.timeout)
             .tcp_nodelay(true);
+        if let Some(tls) = &self.tls {
+            endpoint = endpoint
+                .tls_config(tls.clone())
+                .map_err(|err| ConnectFailure::other(format!("TLS: {err}")))?;
+        }
         match tokio::time::timeout(self.timeout, endpoint.connect()).await {
             Err(_) => Err(ConnectFailure::timed_out()),
             Ok(Ok(channel)) => Ok(channel),

@@ -39,6 +39,22 @@ pub(crate) struct HttpClient {
     timeout: Duration,
     /// The largest body read; a longer one is a bad response.
     body_limit: usize,
+    /// HTTPS: the connector and the server name to verify.
+    tls: Option<Https>,
+}
+
+/// What an HTTPS connection starts from.
+struct Https(
+    tokio_rustls::TlsConnector,
+    rustls_pki_types::ServerName<'static>,
+);
+
+impl fmt::Debug for Https {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("Https")
+            .field(&self.1)
+            .finish_non_exhaustive()
+    }
 }
 
 impl HttpClient {
@@ -61,6 +77,12 @@ impl HttpClient {
             batch,
             timeout: config.timeout(),
             body_limit: BODY_OVERHEAD + BYTES_PER_ID * batch as usize,
+            tls: config.tls().and_then(|tls| {
+                // Both were checked when the configuration was built.
+                let connector = tls.client_config(b"http/1.1").ok()?;
+                let name = crate::tls::server_name(config.addr()).ok()?;
+                Some(Https(tokio_rustls::TlsConnector::from(connector), name))
+            }),
         }
     }
 }
@@ -89,14 +111,36 @@ impl Client for HttpClient {
 
     async fn connect(&self) -> Result<HttpConnection, ConnectFailure> {
         let stream = crate::engine::connect_tcp(&self.addrs, self.timeout).await?;
-        let (sender, connection) = http1::handshake(TokioIo::new(stream))
-            .await
-            .map_err(|err| ConnectFailure::other(err.to_string()))?;
-        let driver = AbortOnDrop(tokio::spawn(async move {
-            // Its error reaches the sender's next request, which counts it.
-            let _ = connection.await;
-        }));
-        Ok(HttpConnection { sender, driver })
+        let (sender, driver) = match &self.tls {
+            None => {
+                let (sender, connection) = http1::handshake(TokioIo::new(stream))
+                    .await
+                    .map_err(|err| ConnectFailure::other(err.to_string()))?;
+                // Its error reaches the sender's next request, which counts it.
+                let driver = tokio::spawn(async move {
+                    let _ = connection.await;
+                });
+                (sender, driver)
+            }
+            Some(Https(connector, name)) => {
+                let stream =
+                    tokio::time::timeout(self.timeout, connector.connect(name.clone(), stream))
+                        .await
+                        .map_err(|_| ConnectFailure::timed_out())?
+                        .map_err(|err| ConnectFailure::other(format!("TLS handshake: {err}")))?;
+                let (sender, connection) = http1::handshake(TokioIo::new(stream))
+                    .await
+                    .map_err(|err| ConnectFailure::other(err.to_string()))?;
+                let driver = tokio::spawn(async move {
+                    let _ = connection.await;
+                });
+                (sender, driver)
+            }
+        };
+        Ok(HttpConnection {
+            sender,
+            driver: AbortOnDrop(driver),
+        })
     }
 
     async fn ready(&self, connection: &mut HttpConnection) -> bool {

@@ -55,6 +55,7 @@ mod progress;
 mod report;
 mod stats;
 mod thrift;
+mod tls;
 
 pub use cli::{BenchArgs, run_cli};
 pub use config::{
@@ -64,6 +65,7 @@ pub use config::{
 };
 pub use error::Error;
 pub use report::{Latency, Report, StopReason};
+pub use tls::BenchTls;
 
 use std::future::Future;
 use std::net::SocketAddr;
