@@ -87,6 +87,15 @@ struct Target {
     /// File holding `user:password` for ZooKeeper's digest scheme (the fleet's identity).
     #[arg(long, env = "SNOWFLAKE_ZOOKEEPER_AUTH_FILE", value_name = "FILE")]
     zookeeper_auth_file: Option<PathBuf>,
+    /// CA certificates (PEM) for TLS to ZooKeeper.
+    #[arg(long, env = "SNOWFLAKE_ZOOKEEPER_CA", value_name = "FILE")]
+    zookeeper_ca: Option<PathBuf>,
+    /// Client certificate (PEM) for ZooKeeper; needs --zookeeper-key.
+    #[arg(long, env = "SNOWFLAKE_ZOOKEEPER_CERT", value_name = "FILE")]
+    zookeeper_cert: Option<PathBuf>,
+    /// Private key (PEM) of --zookeeper-cert.
+    #[arg(long, env = "SNOWFLAKE_ZOOKEEPER_KEY", value_name = "FILE")]
+    zookeeper_key: Option<PathBuf>,
     /// The pair's datacenter id, 0..=31.
     #[arg(long, value_name = "D", allow_negative_numbers = true)]
     datacenter_id: Option<String>,
@@ -119,6 +128,9 @@ impl Target {
             zookeeper: self.zookeeper.clone(),
             zookeeper_path: self.zookeeper_path.clone(),
             zookeeper_auth_file: self.zookeeper_auth_file.clone(),
+            zookeeper_ca: self.zookeeper_ca.clone(),
+            zookeeper_cert: self.zookeeper_cert.clone(),
+            zookeeper_key: self.zookeeper_key.clone(),
             datacenter_id: self.datacenter_id.clone(),
             worker_id: self.worker_id.clone(),
             ..ServeArgs::default()

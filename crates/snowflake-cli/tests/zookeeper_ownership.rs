@@ -333,3 +333,85 @@ fn with_a_digest_identity_others_read_the_2010_layout_but_cannot_change_it() {
     assert_exit(&a.stop_with("TERM"), 0);
     assert_exit(&b.stop_with("TERM"), 0);
 }
+
+// SPEC §8 "Security": TLS to ZooKeeper's secure client port, with a client certificate (the
+// port requires one), together with the digest identity.
+#[test]
+fn a_node_registers_over_tls_and_without_a_client_certificate_is_refused() {
+    let certs = crate::certs::Certs::new();
+    certs.issue("zk", "zookeeper", "ca", true, 30);
+    certs.issue("client", "snowflake-node", "ca", false, 30);
+    let key_and_cert = certs.path("zk.pem");
+    let pem = [
+        std::fs::read_to_string(certs.path("zk.key")).unwrap(),
+        std::fs::read_to_string(certs.path("zk.crt")).unwrap(),
+    ]
+    .concat();
+    std::fs::write(&key_and_cert, pem).unwrap();
+    let zk = ZooKeeper::start_secure(&key_and_cert, &certs.path("ca.crt"));
+    let secrets = temp_dir();
+    let identity = auth_file(secrets.path(), "zk-auth", "snowflake:zk-tls-9");
+    let tls_node = |dir: &std::path::Path, with_cert: bool| {
+        let mut serve = crate::support::Serve::new(dir)
+            .args(["--zookeeper", &zk.secure_connect_string()])
+            .args([
+                "--zookeeper-session-timeout-ms",
+                "4000",
+                "--claim-timeout-secs",
+                "3",
+            ])
+            .arg("--zookeeper-auth-file")
+            .arg(&identity)
+            .arg("--zookeeper-ca")
+            .arg(certs.path("ca.crt"));
+        if with_cert {
+            serve = serve
+                .arg("--zookeeper-cert")
+                .arg(certs.path("client.crt"))
+                .arg("--zookeeper-key")
+                .arg(certs.path("client.key"));
+        }
+        serve
+    };
+    let dir = temp_dir();
+    let node = tls_node(dir.path(), true).start();
+    assert_eq!(worker_of(&node), 0);
+    assert_eq!(node.get("/v1/id").status, 200);
+    // Seen through the plaintext port: the registration and its protected mark.
+    assert_eq!(zk.children(PATH), ["0"]);
+    assert!(mark(&zk, 0) > 0);
+
+    // No client certificate: the secure port refuses the handshake.
+    let other = temp_dir();
+    let refused = tls_node(other.path(), false).run_to_exit();
+    assert_exit(&refused, 1);
+    assert!(
+        refused
+            .stderr
+            .contains("cannot register a worker id in ZooKeeper"),
+        "{}",
+        refused.stderr
+    );
+    assert!(!refused.stderr.contains("zk-tls-9"));
+    // A plaintext client on the secure port gets nowhere either.
+    let plain = crate::support::Serve::new(other.path())
+        .args(["--zookeeper", &zk.secure_connect_string()])
+        .args([
+            "--zookeeper-session-timeout-ms",
+            "4000",
+            "--claim-timeout-secs",
+            "3",
+        ])
+        .arg("--zookeeper-auth-file")
+        .arg(&identity)
+        .run_to_exit();
+    assert_exit(&plain, 1);
+    assert!(
+        plain
+            .stderr
+            .contains("cannot register a worker id in ZooKeeper"),
+        "{}",
+        plain.stderr
+    );
+    assert_exit(&node.stop_with("TERM"), 0);
+}

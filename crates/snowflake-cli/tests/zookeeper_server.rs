@@ -58,6 +58,8 @@ const CLI_MARKER: &str = "printwatches is on";
 #[derive(Debug)]
 pub struct ZooKeeper {
     port: u16,
+    /// The TLS client port, when started with [`ZooKeeper::start_secure`].
+    secure_port: Option<u16>,
     java: PathBuf,
     config_dir: PathBuf,
     log_path: PathBuf,
@@ -66,6 +68,14 @@ pub struct ZooKeeper {
     // Last field, so it is removed after `Drop::drop` has killed the server.
     dir: tempfile::TempDir,
 }
+
+/// What ZooKeeper's Netty server needs on the class path for TLS (Debian's `libnetty-java`,
+/// a dependency of the `zookeeper` package).
+const NETTY_JARS: [&str; 3] = [
+    "/usr/share/java/netty-codec.jar",
+    "/usr/share/java/netty-resolver.jar",
+    "/usr/share/java/netty-transport-native-unix-common.jar",
+];
 
 /// Why one start attempt failed.
 enum StartFailure {
@@ -95,11 +105,22 @@ impl ZooKeeper {
     /// server does not come up, and with a pointer to `scripts/test` if `java` or ZooKeeper's
     /// jar is not installed.
     pub fn start() -> ZooKeeper {
+        ZooKeeper::start_with(None)
+    }
+
+    /// [`ZooKeeper::start`] with a TLS client port too (COMPONENTS.md §8): Netty, the server's
+    /// key and certificate in one PEM file, the CA clients must chain to (client certificates
+    /// are required); the plaintext port stays for the test's own tools.
+    pub fn start_secure(key_and_cert: &Path, ca: &Path) -> ZooKeeper {
+        ZooKeeper::start_with(Some((key_and_cert, ca)))
+    }
+
+    fn start_with(tls: Option<(&Path, &Path)>) -> ZooKeeper {
         let java = find_java();
         require_file(ZOOKEEPER_JAR);
         let mut last = String::new();
         for attempt in 1..=START_ATTEMPTS {
-            match ZooKeeper::try_start(&java) {
+            match ZooKeeper::try_start(&java, tls) {
                 Ok(server) => return server,
                 Err(StartFailure::PortTaken(report)) => {
                     eprintln!(
@@ -116,7 +137,7 @@ impl ZooKeeper {
 
     /// One attempt at [`ZooKeeper::start`]; on failure the server is dropped (so killed and
     /// its directory removed) and the report says why.
-    fn try_start(java: &Path) -> Result<ZooKeeper, StartFailure> {
+    fn try_start(java: &Path, tls: Option<(&Path, &Path)>) -> Result<ZooKeeper, StartFailure> {
         let dir = tempfile::Builder::new()
             .prefix("zookeeper-")
             .tempdir()
@@ -139,11 +160,27 @@ impl ZooKeeper {
              4lw.commands.whitelist=ruok,srvr,stat,mntr,cons\n",
             data_dir.display()
         );
+        let secure_port = tls.map(|_| free_port());
+        let config = match (tls, secure_port) {
+            (Some((key_and_cert, ca)), Some(secure)) => format!(
+                "{config}secureClientPort={secure}\n\
+                 secureClientPortAddress=127.0.0.1\n\
+                 serverCnxnFactory=org.apache.zookeeper.server.NettyServerCnxnFactory\n\
+                 ssl.keyStore.location={}\n\
+                 ssl.keyStore.type=PEM\n\
+                 ssl.trustStore.location={}\n\
+                 ssl.trustStore.type=PEM\n",
+                key_and_cert.display(),
+                ca.display()
+            ),
+            _ => config,
+        };
         let config_path = config_dir.join("zoo.cfg");
         fs::write(&config_path, config)
             .unwrap_or_else(|e| panic!("write {}: {e}", config_path.display()));
         let mut server = ZooKeeper {
             port,
+            secure_port,
             java: java.to_path_buf(),
             config_dir,
             log_path: dir.path().join("zookeeper.log"),
@@ -158,6 +195,15 @@ impl ZooKeeper {
     /// `127.0.0.1:PORT`: the connect string for a ZooKeeper client.
     pub fn connect_string(&self) -> String {
         format!("127.0.0.1:{}", self.port)
+    }
+
+    /// `127.0.0.1:PORT` of the TLS client port ([`ZooKeeper::start_secure`]).
+    pub fn secure_connect_string(&self) -> String {
+        format!(
+            "127.0.0.1:{}",
+            self.secure_port
+                .expect("started with ZooKeeper::start_secure")
+        )
     }
 
     /// The client port (the same across [`ZooKeeper::restart`]s).
@@ -455,6 +501,14 @@ impl ZooKeeper {
         if Path::new(SLF4J_SIMPLE_JAR).is_file() {
             class_path.push(':');
             class_path.push_str(SLF4J_SIMPLE_JAR);
+        }
+        if self.secure_port.is_some() {
+            // The Netty connection factory's jars beyond those ZooKeeper's manifest names.
+            for jar in NETTY_JARS {
+                require_file(jar);
+                class_path.push(':');
+                class_path.push_str(jar);
+            }
         }
         let mut cmd = self.java_command();
         cmd.args(["-Xmx256m", "-XX:+UseSerialGC"])

@@ -330,6 +330,35 @@ pub struct ServeArgs {
     )]
     pub zookeeper_auth_file: Option<PathBuf>,
 
+    /// CA certificates (PEM) that ZooKeeper's certificate must chain to: TLS to every server
+    /// of --zookeeper (their secure client port).
+    #[arg(
+        long,
+        env = "SNOWFLAKE_ZOOKEEPER_CA",
+        value_name = "FILE",
+        help_heading = "Fleet (ZooKeeper)"
+    )]
+    pub zookeeper_ca: Option<PathBuf>,
+
+    /// Client certificate (PEM) for ZooKeeper (its secure port requires one by default); needs
+    /// --zookeeper-key and --zookeeper-ca.
+    #[arg(
+        long,
+        env = "SNOWFLAKE_ZOOKEEPER_CERT",
+        value_name = "FILE",
+        help_heading = "Fleet (ZooKeeper)"
+    )]
+    pub zookeeper_cert: Option<PathBuf>,
+
+    /// Private key (PEM) of --zookeeper-cert.
+    #[arg(
+        long,
+        env = "SNOWFLAKE_ZOOKEEPER_KEY",
+        value_name = "FILE",
+        help_heading = "Fleet (ZooKeeper)"
+    )]
+    pub zookeeper_key: Option<PathBuf>,
+
     /// ZooKeeper session timeout asked for, 1000..=120000 ms [default: 10000]; the server may
     /// narrow it to its own bounds. A crashed node's worker is free again after this long.
     #[arg(
@@ -479,6 +508,8 @@ pub struct ZooKeeperConfig {
     /// The digest identity (`user:password`) the node authenticates with and protects its
     /// znodes for.
     pub auth: Option<Secret>,
+    /// TLS to every server.
+    pub tls: Option<ClientTls>,
 }
 
 impl ZooKeeperConfig {
@@ -494,6 +525,7 @@ impl ZooKeeperConfig {
             claim_timeout: Duration::from_secs(12),
             max_peer_skew_ms: 10_000,
             auth: None,
+            tls: None,
         }
     }
 
@@ -1022,12 +1054,23 @@ impl Config {
                 )? {
                     zk.auth = Some(read_digest(&path, &name)?);
                 }
+                zk.tls = resolve_client_tls(
+                    &src,
+                    [
+                        (args.zookeeper_ca.as_ref(), "zookeeper-ca"),
+                        (args.zookeeper_cert.as_ref(), "zookeeper-cert"),
+                        (args.zookeeper_key.as_ref(), "zookeeper-key"),
+                    ],
+                )?;
                 config.zookeeper = Some(zk);
             }
             None => {
                 let stray = [
                     (zk_path.is_some(), "--zookeeper-path"),
                     (args.zookeeper_auth_file.is_some(), "--zookeeper-auth-file"),
+                    (args.zookeeper_ca.is_some(), "--zookeeper-ca"),
+                    (args.zookeeper_cert.is_some(), "--zookeeper-cert"),
+                    (args.zookeeper_key.is_some(), "--zookeeper-key"),
                     (session_timeout.is_some(), "--zookeeper-session-timeout-ms"),
                     (skew.is_some(), "--max-peer-skew-ms"),
                 ];
@@ -1117,34 +1160,63 @@ fn resolve_etcd_tls(
     src: &Sources<'_>,
     https: bool,
 ) -> Result<Option<ClientTls>, ConfigError> {
-    let ca = path_setting(src, args.etcd_ca.as_ref(), "etcd-ca", "etcd_ca")?;
-    let cert = path_setting(src, args.etcd_cert.as_ref(), "etcd-cert", "etcd_cert")?;
-    let key = path_setting(src, args.etcd_key.as_ref(), "etcd-key", "etcd_key")?;
+    let flags = [
+        (args.etcd_ca.as_ref(), "etcd-ca"),
+        (args.etcd_cert.as_ref(), "etcd-cert"),
+        (args.etcd_key.as_ref(), "etcd-key"),
+    ];
     if !https {
-        if let Some((_, name)) = ca.as_ref().or(cert.as_ref()).or(key.as_ref()) {
-            return Err(ConfigError(format!(
-                "{name} needs https:// etcd endpoints (--etcd-endpoints https://HOST:PORT)"
-            )));
+        for (cli, flag) in flags {
+            if let Some((_, name)) = path_setting(src, cli, flag, &flag.replace('-', "_"))? {
+                return Err(ConfigError(format!(
+                    "{name} needs https:// etcd endpoints (--etcd-endpoints https://HOST:PORT)"
+                )));
+            }
         }
         return Ok(None);
     }
-    let Some((ca_path, _)) = ca else {
-        return Err(ConfigError(
+    match resolve_client_tls(src, flags)? {
+        Some(tls) => Ok(Some(tls)),
+        None => Err(ConfigError(
             "https:// etcd endpoints need --etcd-ca (the CA that signed etcd's server certificate)"
                 .into(),
-        ));
+        )),
+    }
+}
+
+/// A CA file, and a certificate and key file, for TLS to a coordination service (the flags'
+/// names given without `--`, e.g. `etcd-ca`): read and checked now. `None` when none is given;
+/// a certificate needs its key and the CA.
+fn resolve_client_tls(
+    src: &Sources<'_>,
+    [(ca, ca_flag), (cert, cert_flag), (key, key_flag)]: [(Option<&PathBuf>, &str); 3],
+) -> Result<Option<ClientTls>, ConfigError> {
+    let setting = |cli, flag: &str| path_setting(src, cli, flag, &flag.replace('-', "_"));
+    let ca = setting(ca, ca_flag)?;
+    let cert = setting(cert, cert_flag)?;
+    let key = setting(key, key_flag)?;
+    let read = |path: &Path, flag: &str| {
+        let flag = format!("--{flag}");
+        let pem = crate::tls::read_pem_file(path, &flag).map_err(ConfigError)?;
+        Ok::<_, ConfigError>((pem, flag))
     };
-    let ca_pem = crate::tls::read_pem_file(&ca_path, "--etcd-ca").map_err(ConfigError)?;
-    crate::tls::parse_certs(&ca_pem, &ca_path, "--etcd-ca").map_err(ConfigError)?;
+    let Some((ca_path, _)) = ca else {
+        if cert.is_some() || key.is_some() {
+            return Err(ConfigError(format!(
+                "--{cert_flag} and --{key_flag} need --{ca_flag} (the CA to verify the server with)"
+            )));
+        }
+        return Ok(None);
+    };
+    let (ca_pem, flag) = read(&ca_path, ca_flag)?;
+    crate::tls::parse_certs(&ca_pem, &ca_path, &flag).map_err(ConfigError)?;
     let mut files = vec![ca_path];
     let identity = match (cert, key) {
         (Some((cert_path, _)), Some((key_path, _))) => {
-            let cert_pem =
-                crate::tls::read_pem_file(&cert_path, "--etcd-cert").map_err(ConfigError)?;
-            crate::tls::parse_certs(&cert_pem, &cert_path, "--etcd-cert").map_err(ConfigError)?;
-            let key_pem =
-                crate::tls::read_pem_file(&key_path, "--etcd-key").map_err(ConfigError)?;
-            crate::tls::parse_key(&key_pem, &key_path, "--etcd-key").map_err(ConfigError)?;
+            let (cert_pem, flag) = read(&cert_path, cert_flag)?;
+            crate::tls::parse_certs(&cert_pem, &cert_path, &flag).map_err(ConfigError)?;
+            let (key_pem, flag) = read(&key_path, key_flag)?;
+            crate::tls::parse_key(&key_pem, &key_path, &flag).map_err(ConfigError)?;
             files.extend([cert_path, key_path]);
             Some((
                 cert_pem,
@@ -1152,14 +1224,14 @@ fn resolve_etcd_tls(
             ))
         }
         (Some(_), None) => {
-            return Err(ConfigError(
-                "--etcd-cert needs --etcd-key (the certificate's private key)".into(),
-            ));
+            return Err(ConfigError(format!(
+                "--{cert_flag} needs --{key_flag} (the certificate's private key)"
+            )));
         }
         (None, Some(_)) => {
-            return Err(ConfigError(
-                "--etcd-key needs --etcd-cert (the certificate it belongs to)".into(),
-            ));
+            return Err(ConfigError(format!(
+                "--{key_flag} needs --{cert_flag} (the certificate it belongs to)"
+            )));
         }
         (None, None) => None,
     };
@@ -1311,6 +1383,9 @@ const FILE_KEYS: &[&str] = &[
     "zookeeper",
     "zookeeper_path",
     "zookeeper_auth_file",
+    "zookeeper_ca",
+    "zookeeper_cert",
+    "zookeeper_key",
     "zookeeper_session_timeout_ms",
     "max_peer_skew_ms",
     "worker_id_from_hostname",

@@ -198,7 +198,28 @@ async fn connect(config: &ZooKeeperConfig, timeout: Duration) -> Result<zk::Clie
     if let Some(auth) = &config.auth {
         connector = connector.with_auth("digest", auth.expose().as_bytes());
     }
-    let connect = connector.connect(&servers);
+    if let Some(tls) = &config.tls {
+        // The client builds its rustls configuration with the process's default provider:
+        // ours (ring), as for every other TLS connection of the service.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let ca = String::from_utf8_lossy(&tls.ca_pem);
+        let mut options = zk::TlsOptions::default()
+            .with_pem_ca(&ca)
+            .map_err(|e| format!("--zookeeper-ca: {e}"))?;
+        if let Some((cert, key)) = &tls.identity {
+            options = options
+                .with_pem_identity(&String::from_utf8_lossy(cert), key.expose())
+                .map_err(|e| format!("--zookeeper-cert/--zookeeper-key: {e}"))?;
+        }
+        connector = connector.with_tls(options);
+    }
+    let connect = async {
+        if config.tls.is_some() {
+            connector.secure_connect(&servers).await
+        } else {
+            connector.connect(&servers).await
+        }
+    };
     match tokio::time::timeout(timeout, connect).await {
         Ok(Ok(client)) => Ok(client),
         Ok(Err(err)) => Err(format!("cannot open a session: {err}")),
