@@ -425,7 +425,7 @@ impl<C: Clock> Generator<C> {
         let max = self.check_batch_size(max)?;
         let mut waited_ms = 0u64;
         loop {
-            match self.reserve(max, 0, true) {
+            match self.reserve(max, 0, 1, true) {
                 Ok(batch) => return Ok(batch),
                 Err(Refusal::Other(e)) => return Err(e),
                 Err(Refusal::Full) => unreachable!("reserve waits when asked to"),
@@ -449,7 +449,7 @@ impl<C: Clock> Generator<C> {
     /// Like [`Generator::next_batch`], but refuses every clock regression at once.
     pub fn try_next_batch(&self, max: u64) -> Result<IdBatch, Error> {
         let max = self.check_batch_size(max)?;
-        match self.reserve(max, 0, true) {
+        match self.reserve(max, 0, 1, true) {
             Ok(batch) => Ok(batch),
             Err(Refusal::Other(e)) => Err(e),
             Err(Refusal::Full) => unreachable!("reserve waits when asked to"),
@@ -470,7 +470,26 @@ impl<C: Clock> Generator<C> {
     pub fn try_take_batch(&self, max: u64, leave: u64) -> Result<Option<IdBatch>, Error> {
         let max = self.check_batch_size(max)?;
         let leave = leave.min(self.layout.max_ids_per_ms() - 1);
-        match self.reserve(max, leave, false) {
+        match self.reserve(max, leave, 1, false) {
+            Ok(batch) => Ok(Some(batch)),
+            Err(Refusal::Full) => Ok(None),
+            Err(Refusal::Other(e)) => Err(e),
+            Err(Refusal::Backwards {
+                behind_ms,
+                last_ms,
+                now_ms,
+            }) => Err(self.refuse(behind_ms, last_ms, now_ms)),
+        }
+    }
+
+    /// Takes exactly `count` consecutive IDs of the current millisecond, and never waits:
+    /// `Ok(None)` when it has fewer than `count` left (the caller tries again in the next
+    /// millisecond). So the caller owns the whole range `[first, first + count)`, as a Redis
+    /// `INCRBY` caller does. `count` must be in `1..=`[`Layout::max_ids_per_ms`]. Clock
+    /// regressions are refused at once, as in [`Generator::try_next_batch`].
+    pub fn try_take_exact(&self, count: u64) -> Result<Option<IdBatch>, Error> {
+        let count = self.check_batch_size(count)?;
+        match self.reserve(count, 0, count, false) {
             Ok(batch) => Ok(Some(batch)),
             Err(Refusal::Full) => Ok(None),
             Err(Refusal::Other(e)) => Err(e),
@@ -555,9 +574,10 @@ impl<C: Clock> Generator<C> {
     /// One attempt to reserve up to `max` IDs (1 ≤ max ≤ ids per ms); the heart of the
     /// generator (see the module docs). `leave` sequences of the millisecond stay for others
     /// (`leave < ids per ms`); with `wait` false, a millisecond that has no more to give is
-    /// [`Refusal::Full`] instead of a spin to the next one.
+    /// [`Refusal::Full`] instead of a spin to the next one, and so is one with fewer than `min`
+    /// left (after `leave`).
     #[inline]
-    fn reserve(&self, max: u64, leave: u64, wait: bool) -> Result<IdBatch, Refusal> {
+    fn reserve(&self, max: u64, leave: u64, min: u64, wait: bool) -> Result<IdBatch, Refusal> {
         let shift = self.sequence_bits;
         let mut next = self.next.0.load(Ordering::Acquire);
         let mut now_ms = self.clock.now_ms();
@@ -599,8 +619,9 @@ impl<C: Clock> Generator<C> {
                 continue;
             }
             let room = ((now_offset + 1) << shift) - candidate;
-            if room <= leave {
-                // (Only bulk callers leave anything, and they never wait.)
+            if room <= leave || room - leave < min {
+                // (Only bulk and exact callers leave anything or need more than one, and they
+                // never wait.)
                 return Err(Refusal::Full);
             }
             let take = max.min(room - leave);

@@ -358,6 +358,41 @@ fn a_bulk_take_leaves_its_share_of_each_millisecond_and_never_waits() {
 }
 
 #[test]
+fn an_exact_take_gets_all_it_asks_for_in_one_millisecond_or_nothing() {
+    let clock = ManualClock::new(T);
+    let generator = manual(0, 0, &clock);
+    let first = generator.try_take_exact(4000).unwrap().unwrap();
+    assert_eq!((first.len(), first.first().sequence()), (4000, 0));
+    // 96 are left in this millisecond: 100 cannot be had, 96 can.
+    assert!(generator.try_take_exact(100).unwrap().is_none());
+    let rest = generator.try_take_exact(96).unwrap().unwrap();
+    assert_eq!(
+        (rest.first().sequence(), rest.last().sequence()),
+        (4000, 4095)
+    );
+    assert!(generator.try_take_exact(1).unwrap().is_none());
+    clock.advance_ms(1);
+    let next = generator.try_take_exact(4096).unwrap().unwrap();
+    assert_eq!(
+        (
+            next.first().timestamp_ms(),
+            next.first().sequence(),
+            next.len()
+        ),
+        (T + 1, 0, 4096)
+    );
+    assert_eq!(
+        generator.try_take_exact(4097).unwrap_err().to_string(),
+        "invalid count: expected 1..=4096, found 4097"
+    );
+    clock.set_ms(T);
+    assert!(matches!(
+        generator.try_take_exact(1),
+        Err(Error::ClockMovedBackwards { .. })
+    ));
+}
+
+#[test]
 fn batch_sizes_are_checked() {
     let generator = Generator::new(0, 0).unwrap();
     assert_eq!(

@@ -84,3 +84,47 @@ fn a_bulk_take_beside_single_ids_keeps_ids_unique_and_leaves_its_share() {
         assert!(bulk.len() <= 12);
     });
 }
+
+/// Exact takes beside single IDs: each exact take is all its IDs, consecutive, or nothing, and
+/// no ID is issued twice.
+#[test]
+fn exact_takes_are_whole_and_disjoint() {
+    loom::model(|| {
+        let bits = snowflake_core::Bits {
+            timestamp: 49,
+            datacenter: 5,
+            worker: 5,
+            sequence: 4,
+        };
+        let layout =
+            snowflake_core::Layout::new_at(snowflake_core::TWITTER_EPOCH_MS, bits, T).unwrap();
+        let clock = ManualClock::new(T);
+        let generator = Arc::new(
+            Generator::builder()
+                .layout(layout)
+                .clock(clock)
+                .build()
+                .unwrap(),
+        );
+        let other = Arc::clone(&generator);
+        let thread = loom::thread::spawn(move || other.try_take_exact(10).unwrap());
+        let mine = generator.try_take_exact(7).unwrap();
+        let theirs = thread.join().unwrap();
+        // 16 per millisecond: at most one of the two fits beside the other.
+        let mut all = Vec::new();
+        for batch in [mine, theirs].into_iter().flatten() {
+            let ids: Vec<_> = batch.into_iter().collect();
+            assert_eq!(ids.len() as u64, batch.len());
+            assert_eq!(
+                ids.last().unwrap().sequence() - ids[0].sequence() + 1,
+                batch.len()
+            );
+            all.extend(ids);
+        }
+        assert!(mine.is_some() || theirs.is_some());
+        let issued = all.len();
+        all.sort();
+        all.dedup();
+        assert_eq!(all.len(), issued);
+    });
+}
