@@ -37,6 +37,8 @@ class Serve:
         flags = []
         for protocol in ("http", "grpc", "thrift"):
             flags += [f"--{protocol}-addr", "127.0.0.1:0" if protocol in protocols else "off"]
+        if "resp" in protocols and "--resp-addr" not in args:
+            flags += ["--resp-addr", "127.0.0.1:0"]
         self.proc = subprocess.Popen(
             [snowflake_bin(), "serve", "--state-dir", self.state_dir, *flags, *args],
             stdout=subprocess.DEVNULL,
@@ -51,7 +53,7 @@ class Serve:
         def read():
             for line in self.proc.stderr:
                 self.log.append(line)
-                match = re.search(r"(http|grpc|thrift) listening addr=(\S+):(\d+)", line)
+                match = re.search(r"(http|grpc|thrift|resp) listening addr=(\S+):(\d+)", line)
                 if match:
                     self.addrs[match.group(1)] = (match.group(2), int(match.group(3)))
                     if wanted <= set(self.addrs):

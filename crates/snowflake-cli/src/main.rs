@@ -348,6 +348,9 @@ fn serve(args: &ServeArgs, epoch_ms: Option<&str>) -> ExitCode {
         if let Some(addr) = listeners.grpc_addr() {
             tracing::info!(%addr, tls, "grpc listening");
         }
+        if let Some(addr) = listeners.resp_addr() {
+            tracing::info!(%addr, tls, "resp listening");
+        }
         if let Some(addr) = listeners.admin_addr() {
             tracing::info!(%addr, "admin listening");
         }

@@ -10,6 +10,7 @@ mod etcd_cluster;
 mod etcd_mark;
 mod etcd_secure;
 mod fleet;
+mod resp;
 mod serve;
 mod stalled_disk;
 mod state_tool;

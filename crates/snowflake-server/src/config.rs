@@ -40,6 +40,11 @@ pub struct ServeArgs {
     )]
     pub thrift_max_frame_bytes: Option<String>,
 
+    /// Redis protocol (RESP2/RESP3) listen address, or `off`: `INCR key` returns a fresh ID, so
+    /// Redis clients work unchanged [default: off].
+    #[arg(long, env = "SNOWFLAKE_RESP_ADDR", value_name = "ADDR")]
+    pub resp_addr: Option<String>,
+
     /// Health, readiness, metrics and the status page on a listener of their own that never
     /// asks for client certificates (for probes and scrapers when the API requires mTLS), or
     /// `off` [default: off]. They stay on the HTTP listener too.
@@ -442,6 +447,8 @@ pub struct Config {
     pub thrift_max_frame_bytes: usize,
     /// The admin listener (health, readiness, metrics, status page); `None` when off.
     pub admin_addr: Option<SocketAddr>,
+    /// The RESP listener; `None` when off.
+    pub resp_addr: Option<SocketAddr>,
     /// TLS on the HTTP and gRPC listeners; `None`: plaintext.
     pub tls: Option<crate::tls::TlsFiles>,
     /// The layout (Twitter's unless `--epoch-ms` says otherwise).
@@ -633,6 +640,7 @@ impl Config {
             thrift_addr: Some(SocketAddr::from(([127, 0, 0, 1], 7609))),
             thrift_max_frame_bytes: 65_536,
             admin_addr: None,
+            resp_addr: None,
             tls: None,
             layout: Layout::TWITTER,
             datacenter_id: 0,
@@ -692,6 +700,9 @@ impl Config {
         if let Some((text, name)) = src.pick(args.admin_addr.as_deref(), "admin-addr", "admin_addr")
         {
             config.admin_addr = parse_addr(&text).map_err(|e| ConfigError::invalid(&name, e))?;
+        }
+        if let Some((text, name)) = src.pick(args.resp_addr.as_deref(), "resp-addr", "resp_addr") {
+            config.resp_addr = parse_addr(&text).map_err(|e| ConfigError::invalid(&name, e))?;
         }
         config.tls = resolve_tls(args, &src)?;
         let layout = config.layout;
@@ -1081,7 +1092,10 @@ impl Config {
                 }
             }
         }
-        if config.http_addr.is_none() && config.grpc_addr.is_none() && config.thrift_addr.is_none()
+        if config.http_addr.is_none()
+            && config.grpc_addr.is_none()
+            && config.thrift_addr.is_none()
+            && config.resp_addr.is_none()
         {
             return Err(ConfigError(
                 "every listener is off (--http-addr, --grpc-addr and --thrift-addr): the service would \
@@ -1347,6 +1361,7 @@ impl ConfigError {
 /// The keys a config file may hold.
 const FILE_KEYS: &[&str] = &[
     "http_addr",
+    "resp_addr",
     "admin_addr",
     "tls_cert",
     "tls_key",

@@ -13,6 +13,7 @@ pub mod grpc;
 pub mod http;
 pub mod metrics;
 pub mod node;
+pub mod resp;
 pub mod state;
 pub mod thrift;
 pub mod tls;
@@ -44,6 +45,8 @@ pub struct Listeners {
     pub thrift: Option<TcpListener>,
     /// Health, readiness and metrics, never asking for client certificates.
     pub admin: Option<TcpListener>,
+    /// The Redis protocol.
+    pub resp: Option<TcpListener>,
     /// TLS on the HTTP and gRPC listeners, loaded before anything was bound.
     pub tls: Option<Arc<tls::Tls>>,
 }
@@ -63,8 +66,14 @@ impl Listeners {
             grpc: bind(config.grpc_addr, "grpc").await?,
             thrift: bind(config.thrift_addr, "thrift").await?,
             admin: bind(config.admin_addr, "admin").await?,
+            resp: bind(config.resp_addr, "resp").await?,
             tls,
         })
+    }
+
+    /// The RESP address actually bound.
+    pub fn resp_addr(&self) -> Option<SocketAddr> {
+        self.resp.as_ref().and_then(|l| l.local_addr().ok())
     }
 
     /// The admin address actually bound.
@@ -205,6 +214,11 @@ pub async fn run(
         let (node, config, stop) = (Arc::clone(&node), config.clone(), stop_rx.clone());
         let tls = listeners.tls.clone();
         front_ends.spawn(async move { grpc::serve(listener, node, &config, tls, stop).await });
+    }
+    if let Some(listener) = listeners.resp {
+        let (node, config, stop) = (Arc::clone(&node), config.clone(), stop_rx.clone());
+        let tls = listeners.tls.clone();
+        front_ends.spawn(async move { resp::serve(listener, node, &config, tls, stop).await });
     }
     if let Some(listener) = listeners.thrift {
         let (node, config, stop) = (Arc::clone(&node), config.clone(), stop_rx.clone());

@@ -35,6 +35,13 @@ pub struct AgentLabels {
     pub agent: String,
 }
 
+/// Labels of `snowflake_resp_ids_by_key_total`.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KeyLabels {
+    /// The key of `INCR key`, or `other`.
+    pub key: String,
+}
+
 /// At most this many distinct user agents get their own counter (the 2010 server kept one per
 /// agent without bound); later ones are counted as `other`.
 pub const MAX_AGENTS: usize = 100;
@@ -70,6 +77,9 @@ pub struct Metrics {
     thrift_ids_by_agent: Family<AgentLabels, Counter>,
     /// The agents that have a counter of their own.
     known_agents: std::sync::Mutex<std::collections::HashSet<String>>,
+    resp_ids_by_key: Family<KeyLabels, Counter>,
+    /// The RESP keys that have a counter of their own.
+    known_keys: std::sync::Mutex<std::collections::HashSet<String>>,
     /// The listeners' TLS, once the service runs with it.
     tls: Arc<std::sync::OnceLock<Arc<crate::tls::Tls>>>,
 }
@@ -152,6 +162,12 @@ impl Metrics {
             thrift_ids_by_agent.clone(),
         );
         registry.register_collector(Box::new(NodeCollector { shared }));
+        let resp_ids_by_key = Family::<KeyLabels, Counter>::default();
+        registry.register(
+            "resp_ids_by_key",
+            "IDs issued over RESP by INCR/INCRBY key (the first 100 keys, then other)",
+            resp_ids_by_key.clone(),
+        );
         let tls = Arc::new(std::sync::OnceLock::new());
         registry.register_collector(Box::new(TlsCollector {
             tls: Arc::clone(&tls),
@@ -172,6 +188,8 @@ impl Metrics {
             thrift_invalid_agents,
             thrift_ids_by_agent,
             known_agents: std::sync::Mutex::default(),
+            resp_ids_by_key,
+            known_keys: std::sync::Mutex::default(),
             tls,
         }
     }
@@ -202,6 +220,31 @@ impl Metrics {
                 agent: label.to_owned(),
             })
             .inc();
+    }
+
+    /// Counts `n` IDs asked for over RESP under `key` (`INCR key`): the first [`MAX_AGENTS`]
+    /// keys of printable ASCII up to 64 bytes get their own label, the rest count as `other`.
+    pub fn resp_key_ids(&self, key: &[u8], n: u64) {
+        let key = std::str::from_utf8(key)
+            .ok()
+            .filter(|k| k.len() <= MAX_AGENT_LABEL && k.bytes().all(|b| b.is_ascii_graphic()));
+        let label = {
+            let mut known = self
+                .known_keys
+                .lock()
+                .unwrap_or_else(|poison| poison.into_inner());
+            match key {
+                Some(key) if known.contains(key) => key.to_owned(),
+                Some(key) if known.len() < MAX_AGENTS => {
+                    known.insert(key.to_owned());
+                    key.to_owned()
+                }
+                _ => "other".to_owned(),
+            }
+        };
+        self.resp_ids_by_key
+            .get_or_create(&KeyLabels { key: label })
+            .inc_by(n);
     }
 
     /// Counts `n` IDs issued over `protocol`.

@@ -21,6 +21,8 @@ pub enum Protocol {
     Grpc,
     /// The 2010 Thrift protocol.
     Thrift,
+    /// The Redis protocol (RESP2/RESP3).
+    Resp,
 }
 
 impl Protocol {
@@ -30,6 +32,7 @@ impl Protocol {
             Protocol::Http => "http",
             Protocol::Grpc => "grpc",
             Protocol::Thrift => "thrift",
+            Protocol::Resp => "resp",
         }
     }
 }
@@ -234,6 +237,17 @@ pub struct Info {
     pub max_batch: u64,
     /// The service's version.
     pub version: &'static str,
+}
+
+/// How [`Node::issue_within_ms`] takes from a millisecond.
+#[derive(Debug, Clone, Copy)]
+enum Take {
+    /// What it has, up to the count, waiting for the next one when it has none.
+    All,
+    /// In bulk: what it has beyond this many, without waiting.
+    Leaving(u64),
+    /// Exactly the count, or none.
+    Exact,
 }
 
 /// One node: a (datacenter, worker) pair, its generator, its state directory and metrics.
@@ -465,7 +479,7 @@ impl Node {
     pub async fn issue(&self, protocol: Protocol, count: u64) -> Result<Vec<IdBatch>, IssueError> {
         let per_ms = self.layout.max_ids_per_ms();
         if count <= per_ms {
-            return self.issue_within_ms(protocol, count, None).await;
+            return self.issue_within_ms(protocol, count, Take::All).await;
         }
         // In bulk: a part of each millisecond at a time (see `BULK_LEAVES_ONE_IN`), the thread
         // yielded in between, all within the request timeout.
@@ -478,7 +492,7 @@ impl Node {
                 return Err(self.timed_out());
             }
             let chunk = self
-                .issue_within_ms(protocol, left.min(per_ms), Some(leave))
+                .issue_within_ms(protocol, left.min(per_ms), Take::Leaving(leave))
                 .await?;
             left -= chunk.iter().map(IdBatch::len).sum::<u64>();
             batches.extend(chunk);
@@ -490,23 +504,39 @@ impl Node {
     /// [`Node::issue`] for at most one millisecond's worth of IDs; in bulk (`leave` given), at
     /// most what one millisecond has beyond `leave`, waiting (yielding) for the next
     /// millisecond when it has no more.
+    /// Exactly `count` (at most one millisecond's worth) consecutive IDs of one millisecond,
+    /// as one run: what Redis's `INCRBY` promises (the caller owns the range). When the current
+    /// millisecond has fewer left, it sleeps for the next one, within the request timeout.
+    pub async fn issue_exact(&self, protocol: Protocol, count: u64) -> Result<IdBatch, IssueError> {
+        let per_ms = self.layout.max_ids_per_ms();
+        if !(1..=per_ms).contains(&count) {
+            return Err(IssueError::BadRequest(format!(
+                "invalid count: expected 1..={per_ms}, found {count}"
+            )));
+        }
+        let batches = self.issue_within_ms(protocol, count, Take::Exact).await?;
+        // One run by construction (`Generator::try_take_exact`).
+        batches.into_iter().next().ok_or_else(|| self.timed_out())
+    }
+
     async fn issue_within_ms(
         &self,
         protocol: Protocol,
         count: u64,
-        leave: Option<u64>,
+        take: Take,
     ) -> Result<Vec<IdBatch>, IssueError> {
         let mut waited_ms = 0;
         let mut reservations = 0;
         // Set on the first slow path, so the fast path never touches a timer.
         let mut deadline = None;
         loop {
-            let issued = match leave {
-                None => self.issue_now(protocol, count, waited_ms),
-                Some(leave) => self.take_now(protocol, count, leave, waited_ms),
+            let issued = match take {
+                Take::All => self.issue_now(protocol, count, waited_ms),
+                Take::Leaving(leave) => self.take_now(protocol, count, leave, waited_ms),
+                Take::Exact => self.take_exact_now(protocol, count, waited_ms),
             };
             match issued {
-                // (Only in bulk: this millisecond has nothing more to give.)
+                // (Only in bulk or exact: this millisecond has not enough to give.)
                 Ok(batches) if batches.is_empty() => {
                     let deadline =
                         *deadline.get_or_insert_with(|| Instant::now() + self.request_timeout);
@@ -631,6 +661,24 @@ impl Node {
         waited_ms: u64,
     ) -> Result<Vec<IdBatch>, NotNow> {
         match self.shared.generator.try_take_batch(count, leave) {
+            Ok(Some(batch)) => {
+                self.metrics.ids_issued(protocol, batch.len());
+                Ok(vec![batch])
+            }
+            Ok(None) => Ok(Vec::new()),
+            Err(err) => Err(self.not_now(err, waited_ms)),
+        }
+    }
+
+    /// Exactly `count` IDs of the current millisecond, without waiting; none (an empty list)
+    /// when it has fewer left.
+    fn take_exact_now(
+        &self,
+        protocol: Protocol,
+        count: u64,
+        waited_ms: u64,
+    ) -> Result<Vec<IdBatch>, NotNow> {
+        match self.shared.generator.try_take_exact(count) {
             Ok(Some(batch)) => {
                 self.metrics.ids_issued(protocol, batch.len());
                 Ok(vec![batch])

@@ -61,6 +61,8 @@ struct Loaded {
     contents: Vec<Vec<u8>>,
     http: Arc<ServerConfig>,
     grpc: Arc<ServerConfig>,
+    /// RESP: no ALPN (Redis clients offer none).
+    resp: Arc<ServerConfig>,
     not_after: i64,
 }
 
@@ -97,6 +99,11 @@ impl Tls {
     /// An acceptor for the gRPC listener (ALPN `h2`), with the current configuration.
     pub fn grpc_acceptor(&self) -> TlsAcceptor {
         TlsAcceptor::from(Arc::clone(&self.current().grpc))
+    }
+
+    /// An acceptor for the RESP listener, with the current configuration.
+    pub fn resp_acceptor(&self) -> TlsAcceptor {
+        TlsAcceptor::from(Arc::clone(&self.current().resp))
     }
 
     /// Whether client certificates are required.
@@ -318,6 +325,7 @@ fn build(files: &TlsFiles, contents: Vec<Vec<u8>>, now_unix: i64) -> Result<Load
     Ok(Loaded {
         http: with_alpn(b"http/1.1"),
         grpc: with_alpn(b"h2"),
+        resp: Arc::new(config.clone()),
         contents,
         not_after,
     })

@@ -1,6 +1,6 @@
-//! Mixed load over all three front ends at once: HTTP, gRPC (unary, batch and streaming) and
-//! Thrift clients draw from the one generator concurrently; no ID is ever issued twice, and
-//! each client sees its own IDs strictly increase.
+//! Mixed load over all four front ends at once: HTTP, gRPC (unary, batch and streaming), Thrift
+//! and RESP (pipelined INCR, INCRBY and SNOWFLAKE.NEXT) clients draw from the one generator
+//! concurrently; no ID is ever issued twice, and each client sees its own IDs strictly increase.
 
 use crate::support::{T, TestServer, config, get};
 use hyper::StatusCode;
@@ -143,8 +143,94 @@ async fn thrift_client(addr: SocketAddr, client: usize) -> Vec<i64> {
     ids
 }
 
+/// Reads RESP replies from `stream` until `wanted` top-level replies are complete: each an
+/// integer or an array of integers.
+async fn resp_read(stream: &mut TcpStream, buf: &mut Vec<u8>, wanted: usize) -> Vec<Vec<i64>> {
+    let mut replies = Vec::new();
+    loop {
+        // Parse what is complete.
+        let mut at = 0;
+        let mut parsed = Vec::new();
+        let line = |from: usize| -> Option<(String, usize)> {
+            let end = buf[from..].windows(2).position(|w| w == b"\r\n")? + from;
+            Some((
+                String::from_utf8_lossy(&buf[from..end]).into_owned(),
+                end + 2,
+            ))
+        };
+        while parsed.len() + replies.len() < wanted {
+            let Some((head, next)) = line(at) else { break };
+            if let Some(n) = head.strip_prefix(':') {
+                parsed.push(vec![n.parse().unwrap()]);
+                at = next;
+            } else if let Some(n) = head.strip_prefix('*') {
+                let n: usize = n.parse().unwrap();
+                let mut items = Vec::with_capacity(n);
+                let mut cursor = next;
+                let mut complete = true;
+                for _ in 0..n {
+                    match line(cursor) {
+                        Some((item, after)) => {
+                            items
+                                .push(item.strip_prefix(':').expect("an integer").parse().unwrap());
+                            cursor = after;
+                        }
+                        None => {
+                            complete = false;
+                            break;
+                        }
+                    }
+                }
+                if !complete {
+                    break;
+                }
+                parsed.push(items);
+                at = cursor;
+            } else {
+                panic!("unexpected RESP reply {head:?}");
+            }
+        }
+        buf.drain(..at);
+        replies.extend(parsed);
+        if replies.len() == wanted {
+            return replies;
+        }
+        let mut chunk = [0u8; 4096];
+        let n = tokio::time::timeout(Duration::from_secs(5), stream.read(&mut chunk))
+            .await
+            .expect("a reply in time")
+            .unwrap();
+        assert!(n > 0, "the RESP connection closed");
+        buf.extend_from_slice(&chunk[..n]);
+    }
+}
+
+async fn resp_client(addr: SocketAddr, client: usize) -> Vec<i64> {
+    let mut stream = TcpStream::connect(addr).await.expect("resp connects");
+    let mut buf = Vec::new();
+    let mut ids = Vec::new();
+    for _ in 0..ROUNDS / 2 {
+        // Three commands before reading any answer.
+        let key = format!("mixed-{client}");
+        let pipeline = format!(
+            "*2\r\n$4\r\nINCR\r\n${}\r\n{key}\r\n*3\r\n$6\r\nINCRBY\r\n${}\r\n{key}\r\n$2\r\n{BATCH}\r\nSNOWFLAKE.NEXT {BATCH}\r\n",
+            key.len(),
+            key.len()
+        );
+        stream.write_all(pipeline.as_bytes()).await.unwrap();
+        let replies = resp_read(&mut stream, &mut buf, 3).await;
+        ids.push(replies[0][0]);
+        // INCRBY: the caller owns the BATCH IDs ending at the reply.
+        let last = replies[1][0];
+        ids.extend((0..i64::from(BATCH)).rev().map(|back| last - back));
+        assert_eq!(replies[2].len(), BATCH as usize);
+        ids.extend(&replies[2]);
+    }
+    ids
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn http_grpc_and_thrift_clients_at_once_never_share_an_id() {
+async fn http_grpc_thrift_and_resp_clients_at_once_never_share_an_id() {
     let dir = tempfile::tempdir().unwrap();
     let server = TestServer::start(config(dir.path()), ManualClock::new(T)).await;
     server.wait_ready().await;
@@ -152,6 +238,7 @@ async fn http_grpc_and_thrift_clients_at_once_never_share_an_id() {
     let http = server.addr;
     let grpc = server.grpc_addr.expect("grpc on");
     let thrift = server.thrift_addr.expect("thrift on");
+    let resp = server.resp_addr.expect("resp on");
 
     let mut tasks = JoinSet::new();
     for client in 0..CLIENTS_PER_PROTOCOL {
@@ -163,6 +250,7 @@ async fn http_grpc_and_thrift_clients_at_once_never_share_an_id() {
                 thrift_client(thrift, client).await,
             )
         });
+        tasks.spawn(async move { (format!("resp-{client}"), resp_client(resp, client).await) });
     }
     let all = tokio::time::timeout(Duration::from_secs(20), tasks.join_all())
         .await
@@ -194,9 +282,10 @@ async fn http_grpc_and_thrift_clients_at_once_never_share_an_id() {
     let per_grpc =
         ROUNDS.div_ceil(3) + (ROUNDS + 1) / 3 * BATCH as usize + ROUNDS / 3 * STREAM_COUNT as usize;
     let per_thrift = ROUNDS * 2;
+    let per_resp = ROUNDS / 2 * (1 + 2 * BATCH as usize);
     assert_eq!(
         total,
-        CLIENTS_PER_PROTOCOL * (per_http + per_grpc + per_thrift)
+        CLIENTS_PER_PROTOCOL * (per_http + per_grpc + per_thrift + per_resp)
     );
     server.stop().await;
 }

@@ -22,6 +22,7 @@ pub fn config(state_dir: &Path) -> Config {
     config.http_addr = Some(SocketAddr::from(([127, 0, 0, 1], 0)));
     config.grpc_addr = Some(SocketAddr::from(([127, 0, 0, 1], 0)));
     config.thrift_addr = Some(SocketAddr::from(([127, 0, 0, 1], 0)));
+    config.resp_addr = Some(SocketAddr::from(([127, 0, 0, 1], 0)));
     config.reserve_ms = 200;
     // The manual clock jumps where real time only flows: the clock-step policy (which compares
     // the wall clock with the real monotonic clock) would see every jump as a step. Tests of
@@ -36,6 +37,8 @@ pub struct TestServer {
     pub thrift_addr: Option<SocketAddr>,
     /// The gRPC listener's address, if on.
     pub grpc_addr: Option<SocketAddr>,
+    /// The RESP listener's address, if on.
+    pub resp_addr: Option<SocketAddr>,
     pub node: Arc<Node>,
     pub clock: ManualClock,
     stop: Option<oneshot::Sender<()>>,
@@ -78,6 +81,7 @@ impl TestServer {
         let addr = listeners.http_addr().expect("http on");
         let thrift_addr = listeners.thrift_addr();
         let grpc_addr = listeners.grpc_addr();
+        let resp_addr = listeners.resp_addr();
         let (stop, stopped) = oneshot::channel::<()>();
         let task = tokio::spawn({
             let node = Arc::clone(&node);
@@ -92,6 +96,7 @@ impl TestServer {
             addr,
             thrift_addr,
             grpc_addr,
+            resp_addr,
             node,
             clock,
             stop: Some(stop),

@@ -1,0 +1,607 @@
+//! The Redis protocol front door (SPEC §8 "RESP"): `INCR key` is a fresh ID, so Redis clients
+//! that use a counter for IDs switch without a code change; `redis-cli` and `redis-benchmark`
+//! work as they are.
+//!
+//! One task per connection reads what the socket has, answers every complete command in it
+//! (pipelining) into one buffer, and writes that buffer once: reads and writes are batched per
+//! wake-up, not per command. The same node, guarantees, connection cap, idle timeout and drain
+//! as the other front ends; requests are counted as `protocol="resp"`.
+
+pub mod parse;
+
+use crate::config::Config;
+use crate::node::{IssueError, Node, Protocol};
+use parse::Limits;
+use snowflake_core::SnowflakeId;
+use std::io::Write as _;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::TcpListener;
+use tokio::sync::{Semaphore, watch};
+use tokio::task::JoinSet;
+
+/// The commands a connection answers, as metric route labels.
+const COMMANDS: &[&str] = &[
+    "incr",
+    "incrby",
+    "snowflake.next",
+    "snowflake.decode",
+    "ping",
+    "echo",
+    "hello",
+    "select",
+    "client",
+    "command",
+    "info",
+    "quit",
+    "reset",
+    "config",
+];
+
+/// The largest reply buffered before it is written out in the middle of a pipeline.
+const FLUSH_BYTES: usize = 64 * 1024;
+
+/// Serves RESP on `listener` until `shutdown` flips; then stops accepting and lets each
+/// connection finish the commands it has read (at most `config.shutdown_timeout`).
+pub async fn serve(
+    listener: TcpListener,
+    node: Arc<Node>,
+    config: &Config,
+    tls: Option<Arc<crate::tls::Tls>>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let slots = Arc::new(Semaphore::new(config.max_connections));
+    let limits = Limits::default();
+    let idle = config.idle_timeout;
+    let mut connections = JoinSet::new();
+    let mut next_id: u64 = 0;
+    loop {
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            _ = shutdown.wait_for(|stop| *stop) => break,
+            Some(_) = connections.join_next(), if !connections.is_empty() => continue,
+        };
+        let (stream, peer) = match accepted {
+            Ok(accepted) => accepted,
+            Err(err) => {
+                tracing::warn!(error = %err, "resp accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
+            node.metrics().connections_rejected.inc();
+            // Redis answers an over-the-limit client with an error and closes.
+            let mut stream = stream;
+            let _ = tokio::time::timeout(
+                Duration::from_millis(200),
+                stream.write_all(b"-ERR max number of clients reached\r\n"),
+            )
+            .await;
+            continue;
+        };
+        let _ = stream.set_nodelay(true);
+        next_id += 1;
+        let (node, stop, tls) = (Arc::clone(&node), shutdown.clone(), tls.clone());
+        let client_id = next_id;
+        connections.spawn(async move {
+            match tls {
+                None => connection(stream, &node, limits, idle, client_id, stop).await,
+                Some(tls) => {
+                    match tokio::time::timeout(idle, tls.resp_acceptor().accept(stream)).await {
+                        Ok(Ok(stream)) => {
+                            connection(stream, &node, limits, idle, client_id, stop).await;
+                        }
+                        _ => tracing::debug!(%peer, "resp: TLS handshake failed or timed out"),
+                    }
+                }
+            }
+            drop(slot);
+        });
+    }
+    drop(listener);
+    let drained = tokio::time::timeout(config.shutdown_timeout, async {
+        while connections.join_next().await.is_some() {}
+    });
+    if drained.await.is_err() {
+        tracing::warn!(timeout = ?config.shutdown_timeout, "resp connections did not finish in time");
+        connections.abort_all();
+    }
+}
+
+/// One client's session state.
+#[derive(Debug)]
+struct Session {
+    /// 2 or 3 (`HELLO 3`).
+    protocol: u8,
+    /// `CLIENT SETNAME`.
+    name: Option<Vec<u8>>,
+    /// `CLIENT ID`.
+    id: u64,
+    /// `QUIT`: close after the replies so far.
+    quit: bool,
+}
+
+/// Reads commands, answers them in order, until the peer leaves, idles, sends a malformed or
+/// oversized request (answered with the error, then closed), says `QUIT`, or the service stops.
+async fn connection<S>(
+    mut stream: S,
+    node: &Node,
+    limits: Limits,
+    idle: Duration,
+    id: u64,
+    mut shutdown: watch::Receiver<bool>,
+) where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let mut session = Session {
+        protocol: 2,
+        name: None,
+        id,
+        quit: false,
+    };
+    let mut input = Vec::with_capacity(4096);
+    let mut out = Vec::with_capacity(4096);
+    // Room for one whole largest request beyond what is buffered.
+    let max_input =
+        limits.max_args.saturating_mul(limits.max_bulk_bytes + 32) + limits.max_inline_bytes;
+    loop {
+        // Everything complete in the buffer, in order.
+        let mut used = 0;
+        loop {
+            match parse::parse(&input[used..], &limits) {
+                Ok(Some(parsed)) => {
+                    let base = used;
+                    used += parsed.consumed;
+                    if parsed.args.is_empty() {
+                        continue;
+                    }
+                    let args: Vec<&[u8]> = parsed
+                        .args
+                        .iter()
+                        .map(|r| &input[base + r.start..base + r.end])
+                        .collect();
+                    run(node, &mut session, &args, &mut out).await;
+                    if session.quit {
+                        break;
+                    }
+                    if out.len() >= FLUSH_BYTES && !flush(&mut stream, &mut out, idle).await {
+                        return;
+                    }
+                }
+                Ok(None) => break,
+                Err(err) => {
+                    node.metrics()
+                        .request(Protocol::Resp, "protocol_error", 400);
+                    error_reply(&mut out, &format!("ERR {err}"));
+                    let _ = flush(&mut stream, &mut out, idle).await;
+                    tracing::debug!(error = %err, "closing a resp connection that sent a bad request");
+                    return;
+                }
+            }
+        }
+        input.drain(..used);
+        if !out.is_empty() && !flush(&mut stream, &mut out, idle).await {
+            return;
+        }
+        if session.quit || *shutdown.borrow() {
+            return;
+        }
+        if input.len() > max_input {
+            return;
+        }
+        let read = tokio::select! {
+            read = tokio::time::timeout(idle, stream.read_buf(&mut input)) => read,
+            _ = shutdown.wait_for(|stop| *stop) => return,
+        };
+        match read {
+            Ok(Ok(0)) | Ok(Err(_)) | Err(_) => return,
+            Ok(Ok(_)) => {}
+        }
+    }
+}
+
+/// Writes `out` within the idle timeout (a peer that reads nothing for that long is idle);
+/// false when the connection is done for.
+async fn flush<S: AsyncWrite + Unpin>(stream: &mut S, out: &mut Vec<u8>, idle: Duration) -> bool {
+    let ok = matches!(
+        tokio::time::timeout(idle, stream.write_all(out)).await,
+        Ok(Ok(()))
+    );
+    out.clear();
+    ok
+}
+
+fn simple(out: &mut Vec<u8>, text: &str) {
+    out.push(b'+');
+    out.extend_from_slice(text.as_bytes());
+    out.extend_from_slice(b"\r\n");
+}
+
+/// An error reply: `text` starts with its code (`ERR …`); line breaks are flattened.
+fn error_reply(out: &mut Vec<u8>, text: &str) {
+    out.push(b'-');
+    out.extend(
+        text.bytes()
+            .map(|b| if b == b'\r' || b == b'\n' { b' ' } else { b }),
+    );
+    out.extend_from_slice(b"\r\n");
+}
+
+fn integer(out: &mut Vec<u8>, n: i64) {
+    out.push(b':');
+    out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
+    out.extend_from_slice(b"\r\n");
+}
+
+fn bulk(out: &mut Vec<u8>, bytes: &[u8]) {
+    out.push(b'$');
+    out.extend_from_slice(itoa::Buffer::new().format(bytes.len()).as_bytes());
+    out.extend_from_slice(b"\r\n");
+    out.extend_from_slice(bytes);
+    out.extend_from_slice(b"\r\n");
+}
+
+fn null(out: &mut Vec<u8>, session: &Session) {
+    out.extend_from_slice(if session.protocol == 3 {
+        b"_\r\n"
+    } else {
+        b"$-1\r\n"
+    });
+}
+
+fn array_header(out: &mut Vec<u8>, len: usize) {
+    out.push(b'*');
+    out.extend_from_slice(itoa::Buffer::new().format(len).as_bytes());
+    out.extend_from_slice(b"\r\n");
+}
+
+/// A map of `pairs` entries: a RESP3 map, or a flat array of twice as many in RESP2.
+fn map_header(out: &mut Vec<u8>, session: &Session, pairs: usize) {
+    if session.protocol == 3 {
+        out.push(b'%');
+        out.extend_from_slice(itoa::Buffer::new().format(pairs).as_bytes());
+        out.extend_from_slice(b"\r\n");
+    } else {
+        array_header(out, pairs * 2);
+    }
+}
+
+fn id_value(id: u64) -> i64 {
+    // IDs are 63-bit: always a non-negative i64.
+    i64::try_from(id).unwrap_or(i64::MAX)
+}
+
+/// Answers one command into `out`, and counts it.
+async fn run(node: &Node, session: &mut Session, args: &[&[u8]], out: &mut Vec<u8>) {
+    let name = args[0].to_ascii_lowercase();
+    let route = COMMANDS
+        .iter()
+        .copied()
+        .find(|c| c.as_bytes() == name.as_slice())
+        .unwrap_or("unknown");
+    let ok = match answer(node, session, &name, args, out).await {
+        Ok(()) => true,
+        Err(message) => {
+            error_reply(out, &message);
+            false
+        }
+    };
+    node.metrics()
+        .request(Protocol::Resp, route, if ok { 200 } else { 400 });
+}
+
+fn arity(name: &[u8]) -> String {
+    format!(
+        "ERR wrong number of arguments for '{}' command",
+        String::from_utf8_lossy(name)
+    )
+}
+
+/// A refusal of the node (the same reason as HTTP's 503) or a bad count.
+fn refusal(err: &IssueError) -> String {
+    match err {
+        IssueError::BadRequest(message) => format!("ERR {message}"),
+        IssueError::Unavailable { message, .. } => format!("ERR {message}"),
+    }
+}
+
+fn parse_u64(arg: &[u8]) -> Option<u64> {
+    let text = std::str::from_utf8(arg).ok()?;
+    if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    text.parse().ok()
+}
+
+async fn answer(
+    node: &Node,
+    session: &mut Session,
+    name: &[u8],
+    args: &[&[u8]],
+    out: &mut Vec<u8>,
+) -> Result<(), String> {
+    match name {
+        b"incr" => {
+            if args.len() != 2 {
+                return Err(arity(name));
+            }
+            node.metrics().resp_key_ids(args[1], 1);
+            let batches = node
+                .issue(Protocol::Resp, 1)
+                .await
+                .map_err(|e| refusal(&e))?;
+            let id = batches
+                .first()
+                .map(|b| b.first().as_u64())
+                .ok_or_else(|| "ERR no id issued".to_owned())?;
+            integer(out, id_value(id));
+        }
+        b"incrby" => {
+            if args.len() != 3 {
+                return Err(arity(name));
+            }
+            let per_ms = node.layout().max_ids_per_ms();
+            let count = parse_u64(args[2])
+                .filter(|n| (1..=per_ms).contains(n))
+                .ok_or_else(|| {
+                    format!(
+                        "ERR invalid increment: expected 1..={per_ms} (consecutive IDs of one \
+                         millisecond), found {:?}",
+                        String::from_utf8_lossy(&args[2][..args[2].len().min(32)])
+                    )
+                })?;
+            node.metrics().resp_key_ids(args[1], count);
+            let batch = node
+                .issue_exact(Protocol::Resp, count)
+                .await
+                .map_err(|e| refusal(&e))?;
+            integer(out, id_value(batch.last().as_u64()));
+        }
+        b"snowflake.next" => {
+            let count = match args.len() {
+                1 => 1,
+                2 => {
+                    let text = std::str::from_utf8(args[1]).unwrap_or("");
+                    node.parse_count(text).map_err(|e| refusal(&e))?
+                }
+                _ => return Err(arity(name)),
+            };
+            let batches = node
+                .issue(Protocol::Resp, count)
+                .await
+                .map_err(|e| refusal(&e))?;
+            array_header(out, usize::try_from(count).unwrap_or(usize::MAX));
+            for batch in batches {
+                for id in batch {
+                    integer(out, id_value(id.as_u64()));
+                }
+            }
+        }
+        b"snowflake.decode" => {
+            if args.len() != 2 {
+                return Err(arity(name));
+            }
+            let text = std::str::from_utf8(args[1]).unwrap_or("");
+            let id: SnowflakeId = text.parse().map_err(|e| format!("ERR {e}"))?;
+            let parts = node.layout().decode(id);
+            map_header(out, session, 6);
+            bulk(out, b"id");
+            integer(out, id_value(id.as_u64()));
+            bulk(out, b"timestamp_ms");
+            integer(out, i64::try_from(parts.timestamp_ms).unwrap_or(i64::MAX));
+            bulk(out, b"time");
+            bulk(
+                out,
+                snowflake_core::format_unix_ms(parts.timestamp_ms).as_bytes(),
+            );
+            bulk(out, b"datacenter_id");
+            integer(out, i64::try_from(parts.datacenter_id).unwrap_or(0));
+            bulk(out, b"worker_id");
+            integer(out, i64::try_from(parts.worker_id).unwrap_or(0));
+            bulk(out, b"sequence");
+            integer(out, i64::try_from(parts.sequence).unwrap_or(0));
+        }
+        b"ping" => match args.len() {
+            1 => simple(out, "PONG"),
+            2 => bulk(out, args[1]),
+            _ => return Err(arity(name)),
+        },
+        b"echo" => {
+            if args.len() != 2 {
+                return Err(arity(name));
+            }
+            bulk(out, args[1]);
+        }
+        b"hello" => hello(node, session, args, out)?,
+        b"select" => {
+            if args.len() != 2 {
+                return Err(arity(name));
+            }
+            if args[1] != b"0" {
+                return Err(
+                    "ERR DB index is out of range (this server has database 0 only)".into(),
+                );
+            }
+            simple(out, "OK");
+        }
+        b"client" => client(session, args, out)?,
+        b"command" => match args.get(1).map(|a| a.to_ascii_lowercase()).as_deref() {
+            None | Some(b"info" | b"list") => array_header(out, 0),
+            Some(b"docs") => map_header(out, session, 0),
+            Some(b"count") => integer(out, COMMANDS.len() as i64),
+            Some(_) => return Err("ERR unknown subcommand of 'command'".into()),
+        },
+        b"info" => {
+            let info = info_text(node);
+            bulk(out, info.as_bytes());
+        }
+        b"config" => match args.get(1).map(|a| a.to_ascii_lowercase()).as_deref() {
+            // What redis-benchmark and some clients ask on connect: nothing to report.
+            Some(b"get") if args.len() >= 3 => {
+                // Nothing is persisted the Redis way: `save ""`, `appendonly no`.
+                let known: Vec<(&[u8], &[u8])> = args[2..]
+                    .iter()
+                    .filter_map(|p| match p.to_ascii_lowercase().as_slice() {
+                        b"save" => Some((&b"save"[..], &b""[..])),
+                        b"appendonly" => Some((&b"appendonly"[..], &b"no"[..])),
+                        _ => None,
+                    })
+                    .collect();
+                map_header(out, session, known.len());
+                for (key, value) in known {
+                    bulk(out, key);
+                    bulk(out, value);
+                }
+            }
+            Some(b"resetstat") => simple(out, "OK"),
+            _ => return Err("ERR CONFIG: only CONFIG GET is answered (with nothing)".into()),
+        },
+        b"quit" => {
+            simple(out, "OK");
+            session.quit = true;
+        }
+        b"reset" => {
+            session.protocol = 2;
+            session.name = None;
+            simple(out, "RESET");
+        }
+        _ => {
+            let mut shown = String::new();
+            for arg in args.iter().skip(1).take(3) {
+                shown.push('\'');
+                shown.push_str(&String::from_utf8_lossy(&arg[..arg.len().min(64)]));
+                shown.push_str("' ");
+            }
+            return Err(format!(
+                "ERR unknown command '{}', with args beginning with: {shown}",
+                String::from_utf8_lossy(&args[0][..args[0].len().min(64)])
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// `HELLO [protover [AUTH user pass] [SETNAME name]]`.
+fn hello(
+    node: &Node,
+    session: &mut Session,
+    args: &[&[u8]],
+    out: &mut Vec<u8>,
+) -> Result<(), String> {
+    if let Some(version) = args.get(1) {
+        match *version {
+            b"2" => session.protocol = 2,
+            b"3" => session.protocol = 3,
+            _ => return Err("NOPROTO unsupported protocol version".into()),
+        }
+    }
+    let mut i = 2;
+    while i < args.len() {
+        match args[i].to_ascii_lowercase().as_slice() {
+            b"auth" if i + 2 < args.len() => i += 3,
+            b"setname" if i + 1 < args.len() => {
+                session.name = Some(args[i + 1].to_vec());
+                i += 2;
+            }
+            _ => return Err("ERR syntax error in HELLO".into()),
+        }
+    }
+    map_header(out, session, 7);
+    bulk(out, b"server");
+    bulk(out, b"snowflake");
+    bulk(out, b"version");
+    bulk(out, env!("CARGO_PKG_VERSION").as_bytes());
+    bulk(out, b"proto");
+    integer(out, i64::from(session.protocol));
+    bulk(out, b"id");
+    integer(out, i64::try_from(session.id).unwrap_or(0));
+    bulk(out, b"mode");
+    bulk(out, b"standalone");
+    bulk(out, b"role");
+    bulk(out, b"master");
+    bulk(out, b"modules");
+    array_header(out, 0);
+    let _ = node;
+    Ok(())
+}
+
+/// `CLIENT SETNAME|GETNAME|ID|SETINFO|INFO …`.
+fn client(session: &mut Session, args: &[&[u8]], out: &mut Vec<u8>) -> Result<(), String> {
+    let Some(sub) = args.get(1).map(|a| a.to_ascii_lowercase()) else {
+        return Err(arity(b"client"));
+    };
+    match sub.as_slice() {
+        b"setname" if args.len() == 3 => {
+            session.name = Some(args[2].to_vec());
+            simple(out, "OK");
+        }
+        b"getname" => match &session.name {
+            Some(name) => bulk(out, name),
+            None => null(out, session),
+        },
+        b"id" => integer(out, i64::try_from(session.id).unwrap_or(0)),
+        b"setinfo" => simple(out, "OK"),
+        b"info" => {
+            let mut line = Vec::new();
+            let _ = writeln!(
+                line,
+                "id={} name={} resp={}",
+                session.id,
+                String::from_utf8_lossy(session.name.as_deref().unwrap_or_default()),
+                session.protocol
+            );
+            bulk(out, &line);
+        }
+        _ => {
+            return Err(format!(
+                "ERR unknown subcommand '{}'",
+                String::from_utf8_lossy(&sub[..sub.len().min(64)])
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// `INFO`: a server section (what client libraries and redis-cli look for) and ours.
+fn info_text(node: &Node) -> String {
+    let info = node.info();
+    format!(
+        "# Server\r\nredis_version:7.0.0\r\nsnowflake_version:{}\r\nredis_mode:standalone\r\n\
+         process_id:{}\r\n\r\n# Snowflake\r\ndatacenter_id:{}\r\nworker_id:{}\r\nepoch_ms:{}\r\n\
+         ready:{}\r\nhigh_water_mark_ms:{}\r\n",
+        info.version,
+        std::process::id(),
+        info.datacenter_id,
+        info.worker_id,
+        info.epoch_ms,
+        u8::from(info.ready),
+        info.high_water_mark_ms,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Session, error_reply, map_header};
+
+    #[test]
+    fn errors_stay_on_one_line_and_maps_follow_the_protocol() {
+        let mut out = Vec::new();
+        error_reply(&mut out, "ERR a\r\nb");
+        assert_eq!(out, b"-ERR a  b\r\n");
+        let mut session = Session {
+            protocol: 2,
+            name: None,
+            id: 1,
+            quit: false,
+        };
+        let mut out = Vec::new();
+        map_header(&mut out, &session, 3);
+        assert_eq!(out, b"*6\r\n");
+        session.protocol = 3;
+        let mut out = Vec::new();
+        map_header(&mut out, &session, 3);
+        assert_eq!(out, b"%3\r\n");
+    }
+}
