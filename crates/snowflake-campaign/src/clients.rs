@@ -1,4 +1,4 @@
-//! Clients over HTTP, gRPC and Thrift that ask one node for IDs, single and in batches, and
+//! Clients over HTTP, gRPC, Thrift and RESP that ask one node for IDs, single and in batches, and
 //! record every operation: the node, the protocol, when it was sent and answered (on the
 //! campaign's monotonic clock), and the IDs or the error with its reason.
 
@@ -25,6 +25,8 @@ pub enum Protocol {
     Http,
     Grpc,
     Thrift,
+    /// Redis protocol: `INCR` for one ID, `INCRBY` for a range.
+    Resp,
 }
 
 /// How an operation ended.
@@ -65,6 +67,7 @@ pub struct Target {
     pub http: SocketAddr,
     pub grpc: SocketAddr,
     pub thrift: SocketAddr,
+    pub resp: SocketAddr,
 }
 
 pub fn unix_ms() -> u64 {
@@ -87,6 +90,7 @@ pub async fn run(
     let mut http: Option<HttpConn> = None;
     let mut grpc: Option<SnowflakeClient<tonic::transport::Channel>> = None;
     let mut thrift: Option<TcpStream> = None;
+    let mut resp: Option<RespConn> = None;
     while !*stop.borrow() {
         // Singles half the time, else a batch of up to 64 (Thrift has no batch call).
         let count = if protocol == Protocol::Thrift || rng.below(2) == 0 {
@@ -100,6 +104,7 @@ pub async fn run(
                 Protocol::Http => http_call(&mut http, target.http, count).await,
                 Protocol::Grpc => grpc_call(&mut grpc, target.grpc, count).await,
                 Protocol::Thrift => thrift_call(&mut thrift, target.thrift).await,
+                Protocol::Resp => resp_call(&mut resp, target.resp, count).await,
             }
         })
         .await
@@ -110,6 +115,7 @@ pub async fn run(
                 http = None;
                 grpc = None;
                 thrift = None;
+                resp = None;
                 Outcome::NoAnswer("timed out".into())
             }
         };
@@ -255,6 +261,69 @@ async fn grpc_call(
     }
 }
 
+/// A RESP connection and what it read beyond the last reply.
+type RespConn = (TcpStream, Vec<u8>);
+
+/// `INCR campaign` (one ID) or `INCRBY campaign N`: the N consecutive IDs ending at the reply.
+async fn resp_call(conn: &mut Option<RespConn>, addr: SocketAddr, count: u32) -> Outcome {
+    if conn.is_none() {
+        match TcpStream::connect(addr).await {
+            Ok(tcp) => *conn = Some((tcp, Vec::new())),
+            Err(e) => return Outcome::NoAnswer(format!("connect: {e}")),
+        }
+    }
+    let (tcp, buf) = conn.as_mut().expect("connected");
+    let request = if count == 1 {
+        "*2\r\n$4\r\nINCR\r\n$8\r\ncampaign\r\n".to_owned()
+    } else {
+        let n = count.to_string();
+        format!(
+            "*3\r\n$6\r\nINCRBY\r\n$8\r\ncampaign\r\n${}\r\n{n}\r\n",
+            n.len()
+        )
+    };
+    let answer = async {
+        tcp.write_all(request.as_bytes()).await?;
+        loop {
+            if let Some(end) = buf.windows(2).position(|w| w == b"\r\n") {
+                let line = String::from_utf8_lossy(&buf[..end]).into_owned();
+                buf.drain(..end + 2);
+                return Ok(line);
+            }
+            if buf.len() > 64 * 1024 {
+                return Err(std::io::Error::other("an overlong RESP reply"));
+            }
+            let mut chunk = [0u8; 512];
+            let n = tcp.read(&mut chunk).await?;
+            if n == 0 {
+                return Err(std::io::Error::other("closed"));
+            }
+            buf.extend_from_slice(&chunk[..n]);
+        }
+    }
+    .await;
+    let line = match answer {
+        Ok(line) => line,
+        Err(e) => {
+            *conn = None;
+            return Outcome::NoAnswer(format!("io: {e}"));
+        }
+    };
+    parse_resp_reply(&line, count)
+}
+
+/// An integer reply is the last of `count` IDs; an error reply is a refusal with its reason.
+fn parse_resp_reply(line: &str, count: u32) -> Outcome {
+    if let Some(last) = line.strip_prefix(':').and_then(|n| n.parse::<u64>().ok()) {
+        let first = last.saturating_sub(u64::from(count) - 1);
+        return Outcome::Ids((first..=last).collect());
+    }
+    Outcome::Refused {
+        status: "resp".into(),
+        reason: line.strip_prefix('-').unwrap_or(line).to_owned(),
+    }
+}
+
 /// `get_id("campaign")` in the strict binary protocol, framed.
 async fn thrift_call(conn: &mut Option<TcpStream>, addr: SocketAddr) -> Outcome {
     if conn.is_none() {
@@ -340,6 +409,18 @@ fn parse_thrift_reply(reply: &[u8]) -> Outcome {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn resp_replies_are_read() {
+        let Outcome::Ids(ids) = parse_resp_reply(":1000", 3) else {
+            panic!("not ids");
+        };
+        assert_eq!(ids, [998, 999, 1000]);
+        let Outcome::Refused { reason, .. } = parse_resp_reply("-ERR the clock stepped", 1) else {
+            panic!("not a refusal");
+        };
+        assert_eq!(reason, "ERR the clock stepped");
+    }
 
     #[test]
     fn thrift_replies_are_read() {

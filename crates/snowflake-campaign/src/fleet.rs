@@ -132,6 +132,9 @@ impl Node {
     pub fn thrift(&self) -> SocketAddr {
         SocketAddr::from((self.ip, 7609))
     }
+    pub fn resp(&self) -> SocketAddr {
+        SocketAddr::from((self.ip, 6380))
+    }
 }
 
 /// The fleet, and the lab it runs in (dropped last: it kills what is left).
@@ -243,6 +246,8 @@ impl Fleet {
                 &format!("{ip}:50051"),
                 "--thrift-addr",
                 &format!("{ip}:7609"),
+                "--resp-addr",
+                &format!("{ip}:6380"),
                 "--advertise-addr",
                 &format!("{ip}:7609"),
                 match mode {

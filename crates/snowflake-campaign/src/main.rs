@@ -166,6 +166,7 @@ fn campaign(args: &Args) -> anyhow::Result<bool> {
             http: n.http(),
             grpc: n.grpc(),
             thrift: n.thrift(),
+            resp: n.resp(),
         })
         .collect();
     let fleet = Arc::new(Mutex::new(fleet));
@@ -179,7 +180,12 @@ fn campaign(args: &Args) -> anyhow::Result<bool> {
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let mut clients = Vec::new();
     for target in &targets {
-        for protocol in [Protocol::Http, Protocol::Grpc, Protocol::Thrift] {
+        for protocol in [
+            Protocol::Http,
+            Protocol::Grpc,
+            Protocol::Thrift,
+            Protocol::Resp,
+        ] {
             clients.push(runtime.spawn(clients::run(
                 target.clone(),
                 protocol,
