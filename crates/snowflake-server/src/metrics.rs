@@ -225,6 +225,32 @@ impl Metrics {
     /// Counts `n` IDs asked for over RESP under `key` (`INCR key`): the first [`MAX_AGENTS`]
     /// keys of printable ASCII up to 64 bytes get their own label, the rest count as `other`.
     pub fn resp_key_ids(&self, key: &[u8], n: u64) {
+        self.resp_key_counter(key).inc_by(n);
+    }
+
+    /// Counts `n` IDs issued over `protocol`.
+    pub fn ids_issued(&self, protocol: Protocol, n: u64) {
+        self.ids_issued
+            .get_or_create(&ProtocolLabels {
+                protocol: protocol.name(),
+            })
+            .inc_by(n);
+    }
+
+    /// The counter of requests by `protocol`, `route` and `status`, for a caller that counts
+    /// many (it shares the registered counter).
+    pub fn request_counter(&self, protocol: Protocol, route: &'static str, status: u16) -> Counter {
+        self.requests
+            .get_or_create(&RequestLabels {
+                protocol: protocol.name(),
+                route,
+                status,
+            })
+            .clone()
+    }
+
+    /// The counter of RESP IDs for `key` (see [`Metrics::resp_key_ids`]).
+    pub fn resp_key_counter(&self, key: &[u8]) -> Counter {
         let key = std::str::from_utf8(key)
             .ok()
             .filter(|k| k.len() <= MAX_AGENT_LABEL && k.bytes().all(|b| b.is_ascii_graphic()));
@@ -244,16 +270,7 @@ impl Metrics {
         };
         self.resp_ids_by_key
             .get_or_create(&KeyLabels { key: label })
-            .inc_by(n);
-    }
-
-    /// Counts `n` IDs issued over `protocol`.
-    pub fn ids_issued(&self, protocol: Protocol, n: u64) {
-        self.ids_issued
-            .get_or_create(&ProtocolLabels {
-                protocol: protocol.name(),
-            })
-            .inc_by(n);
+            .clone()
     }
 
     /// Counts one request.

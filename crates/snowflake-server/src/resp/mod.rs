@@ -12,6 +12,7 @@ pub mod parse;
 use crate::config::Config;
 use crate::node::{IssueError, Node, Protocol};
 use parse::Limits;
+use prometheus_client::metrics::counter::Counter;
 use snowflake_core::SnowflakeId;
 use std::io::Write as _;
 use std::sync::Arc;
@@ -121,6 +122,42 @@ struct Session {
     id: u64,
     /// `QUIT`: close after the replies so far.
     quit: bool,
+    /// The request counters this connection used, so that a command counts with one atomic
+    /// add rather than a label lookup.
+    counters: Vec<(&'static str, bool, Counter)>,
+    /// The last key's ID counter.
+    key: Option<(Vec<u8>, Counter)>,
+}
+
+impl Session {
+    fn count_request(&mut self, node: &Node, route: &'static str, ok: bool) {
+        if let Some((_, _, counter)) = self
+            .counters
+            .iter()
+            .find(|(r, o, _)| *r == route && *o == ok)
+        {
+            counter.inc();
+            return;
+        }
+        let counter =
+            node.metrics()
+                .request_counter(Protocol::Resp, route, if ok { 200 } else { 400 });
+        counter.inc();
+        self.counters.push((route, ok, counter));
+    }
+
+    fn count_key(&mut self, node: &Node, key: &[u8], n: u64) {
+        match &self.key {
+            Some((last, counter)) if last.as_slice() == key => {
+                counter.inc_by(n);
+            }
+            _ => {
+                let counter = node.metrics().resp_key_counter(key);
+                counter.inc_by(n);
+                self.key = Some((key.to_vec(), counter));
+            }
+        }
+    }
 }
 
 /// Reads commands, answers them in order, until the peer leaves, idles, sends a malformed or
@@ -140,6 +177,8 @@ async fn connection<S>(
         name: None,
         id,
         quit: false,
+        counters: Vec::new(),
+        key: None,
     };
     let mut input = Vec::with_capacity(4096);
     let mut out = Vec::with_capacity(4096);
@@ -288,8 +327,7 @@ async fn run(node: &Node, session: &mut Session, args: &[&[u8]], out: &mut Vec<u
             false
         }
     };
-    node.metrics()
-        .request(Protocol::Resp, route, if ok { 200 } else { 400 });
+    session.count_request(node, route, ok);
 }
 
 fn arity(name: &[u8]) -> String {
@@ -327,7 +365,7 @@ async fn answer(
             if args.len() != 2 {
                 return Err(arity(name));
             }
-            node.metrics().resp_key_ids(args[1], 1);
+            session.count_key(node, args[1], 1);
             let batches = node
                 .issue(Protocol::Resp, 1)
                 .await
@@ -352,7 +390,7 @@ async fn answer(
                         String::from_utf8_lossy(&args[2][..args[2].len().min(32)])
                     )
                 })?;
-            node.metrics().resp_key_ids(args[1], count);
+            session.count_key(node, args[1], count);
             let batch = node
                 .issue_exact(Protocol::Resp, count)
                 .await
@@ -595,6 +633,8 @@ mod tests {
             name: None,
             id: 1,
             quit: false,
+            counters: Vec::new(),
+            key: None,
         };
         let mut out = Vec::new();
         map_header(&mut out, &session, 3);
