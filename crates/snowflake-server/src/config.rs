@@ -45,6 +45,34 @@ pub struct ServeArgs {
     #[arg(long, env = "SNOWFLAKE_RESP_ADDR", value_name = "ADDR")]
     pub resp_addr: Option<String>,
 
+    /// Most bytes of arguments in one RESP command, 64..=16777216; a request claiming more is
+    /// refused and its connection closed, without allocating it [default: 524288].
+    #[arg(
+        long,
+        env = "SNOWFLAKE_RESP_MAX_BULK_BYTES",
+        value_name = "BYTES",
+        allow_negative_numbers = true
+    )]
+    pub resp_max_bulk_bytes: Option<String>,
+
+    /// Most arguments in one RESP command, 2..=65536 [default: 1024].
+    #[arg(
+        long,
+        env = "SNOWFLAKE_RESP_MAX_ARGS",
+        value_name = "N",
+        allow_negative_numbers = true
+    )]
+    pub resp_max_args: Option<String>,
+
+    /// Longest RESP inline command (and header line), 64..=16777216 bytes [default: 65536].
+    #[arg(
+        long,
+        env = "SNOWFLAKE_RESP_MAX_INLINE_BYTES",
+        value_name = "BYTES",
+        allow_negative_numbers = true
+    )]
+    pub resp_max_inline_bytes: Option<String>,
+
     /// Health, readiness, metrics and the status page on a listener of their own that never
     /// asks for client certificates (for probes and scrapers when the API requires mTLS), or
     /// `off` [default: off]. They stay on the HTTP listener too.
@@ -449,6 +477,8 @@ pub struct Config {
     pub admin_addr: Option<SocketAddr>,
     /// The RESP listener; `None` when off.
     pub resp_addr: Option<SocketAddr>,
+    /// What one RESP request may hold.
+    pub resp_limits: crate::resp::parse::Limits,
     /// TLS on the HTTP and gRPC listeners; `None`: plaintext.
     pub tls: Option<crate::tls::TlsFiles>,
     /// The layout (Twitter's unless `--epoch-ms` says otherwise).
@@ -641,6 +671,7 @@ impl Config {
             thrift_max_frame_bytes: 65_536,
             admin_addr: None,
             resp_addr: None,
+            resp_limits: crate::resp::parse::Limits::default(),
             tls: None,
             layout: Layout::TWITTER,
             datacenter_id: 0,
@@ -826,6 +857,39 @@ impl Config {
             16_384_000,
         )? {
             config.thrift_max_frame_bytes = usize::try_from(n).unwrap_or(usize::MAX);
+        }
+        for (cli, flag, key, min, max) in [
+            (
+                args.resp_max_bulk_bytes.as_deref(),
+                "resp-max-bulk-bytes",
+                "resp_max_bulk_bytes",
+                64,
+                16_777_216,
+            ),
+            (
+                args.resp_max_args.as_deref(),
+                "resp-max-args",
+                "resp_max_args",
+                2,
+                65_536,
+            ),
+            (
+                args.resp_max_inline_bytes.as_deref(),
+                "resp-max-inline-bytes",
+                "resp_max_inline_bytes",
+                64,
+                16_777_216,
+            ),
+        ] {
+            if let Some(n) = number(cli, flag, key, min, max)? {
+                let n = usize::try_from(n).unwrap_or(usize::MAX);
+                let limits = &mut config.resp_limits;
+                match flag {
+                    "resp-max-bulk-bytes" => limits.max_bulk_bytes = n,
+                    "resp-max-args" => limits.max_args = n,
+                    _ => limits.max_inline_bytes = n,
+                }
+            }
         }
         if let Some(n) = number(
             args.max_batch.as_deref(),
@@ -1362,6 +1426,9 @@ impl ConfigError {
 const FILE_KEYS: &[&str] = &[
     "http_addr",
     "resp_addr",
+    "resp_max_bulk_bytes",
+    "resp_max_args",
+    "resp_max_inline_bytes",
     "admin_addr",
     "tls_cert",
     "tls_key",

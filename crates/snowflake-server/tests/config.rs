@@ -1052,3 +1052,40 @@ fn the_clock_step_settings_have_defaults_and_ranges() {
     assert_eq!(config.max_clock_step_ms, 5000);
     assert_eq!(config.clock_step_trust, Duration::from_secs(2));
 }
+
+#[test]
+fn resp_limits_are_settings_with_ranges() {
+    let args = ServeArgs {
+        resp_addr: Some("127.0.0.1:6380".into()),
+        resp_max_bulk_bytes: Some("4096".into()),
+        resp_max_args: Some("16".into()),
+        resp_max_inline_bytes: Some("1024".into()),
+        ..ServeArgs::default()
+    };
+    let config = Config::resolve(&args, None).unwrap();
+    assert_eq!(config.resp_addr, Some("127.0.0.1:6380".parse().unwrap()));
+    let limits = config.resp_limits;
+    assert_eq!(
+        (
+            limits.max_bulk_bytes,
+            limits.max_args,
+            limits.max_inline_bytes
+        ),
+        (4096, 16, 1024)
+    );
+    let got = err(&ServeArgs {
+        resp_max_args: Some("1".into()),
+        ..ServeArgs::default()
+    });
+    assert!(
+        got.contains(
+            "invalid --resp-max-args (or SNOWFLAKE_RESP_MAX_ARGS): expected 2..=65536, found 1"
+        ),
+        "{got}"
+    );
+    let got = err(&ServeArgs {
+        resp_addr: Some("6380".into()),
+        ..ServeArgs::default()
+    });
+    assert!(got.contains("invalid --resp-addr"), "{got}");
+}

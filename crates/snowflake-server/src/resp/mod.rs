@@ -53,7 +53,7 @@ pub async fn serve(
     mut shutdown: watch::Receiver<bool>,
 ) {
     let slots = Arc::new(Semaphore::new(config.max_connections));
-    let limits = Limits::default();
+    let limits = config.resp_limits;
     let idle = config.idle_timeout;
     let mut connections = JoinSet::new();
     let mut next_id: u64 = 0;
@@ -182,9 +182,11 @@ async fn connection<S>(
     };
     let mut input = Vec::with_capacity(4096);
     let mut out = Vec::with_capacity(4096);
-    // Room for one whole largest request beyond what is buffered.
-    let max_input =
-        limits.max_args.saturating_mul(limits.max_bulk_bytes + 32) + limits.max_inline_bytes;
+    // One whole largest request: its arguments, its header lines, an inline line.
+    let max_input = limits
+        .max_bulk_bytes
+        .saturating_add(limits.max_args.saturating_mul(24))
+        .saturating_add(limits.max_inline_bytes);
     loop {
         // Everything complete in the buffer, in order.
         let mut used = 0;

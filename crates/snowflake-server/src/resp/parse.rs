@@ -12,7 +12,7 @@ pub struct Limits {
     pub max_inline_bytes: usize,
     /// The most arguments in one command.
     pub max_args: usize,
-    /// The longest argument.
+    /// The most bytes of arguments in one command, all of them together.
     pub max_bulk_bytes: usize,
 }
 
@@ -109,6 +109,7 @@ fn parse_multibulk(buf: &[u8], limits: &Limits) -> Result<Option<Parsed>, Protoc
         )));
     }
     let mut args = Vec::with_capacity(count);
+    let mut total: usize = 0;
     for _ in 0..count {
         match buf.get(at) {
             None => return Ok(None),
@@ -125,9 +126,10 @@ fn parse_multibulk(buf: &[u8], limits: &Limits) -> Result<Option<Parsed>, Protoc
         };
         let len = header_number(buf, at + 1, end, "bulk length")?;
         let len = usize::try_from(len).map_err(|_| ProtocolError("invalid bulk length".into()))?;
-        if len > limits.max_bulk_bytes {
+        total = total.saturating_add(len);
+        if total > limits.max_bulk_bytes {
             return Err(ProtocolError(format!(
-                "an argument of {len} bytes; at most {} are accepted",
+                "a command of {total} or more bytes of arguments; at most {} are accepted",
                 limits.max_bulk_bytes
             )));
         }
@@ -241,8 +243,13 @@ mod tests {
             assert!(err.contains(needle), "{err:?} lacks {needle:?}");
         };
         refused(b"*5\r\n", "5 arguments; at most 4");
-        refused(b"*1\r\n$9\r\n", "9 bytes; at most 8");
-        refused(b"*1\r\n$99999999999999999999\r\n", "invalid bulk length");
+        refused(b"*1\r\n$9\r\n", "9 or more bytes of arguments; at most 8");
+        refused(
+            b"*2\r\n$5\r\nabcde\r\n$5\r\n",
+            "10 or more bytes of arguments; at most 8",
+        );
+        refused(b"*1\r\n$99999999999999999999\r\n", "bulk length");
+        refused(b"*1\r\n$9999999999\r\n", "9999999999 or more bytes");
         refused(b"*1\r\n$-5\r\n", "invalid bulk length");
         refused(b"*x\r\n", "invalid multibulk length");
         refused(b"*1\r\n+OK\r\n", "expected '$'");
