@@ -545,9 +545,9 @@ fn with_zookeeper<T>(
     })
 }
 
-/// Reads the marks: in the coordination service (linearizably: etcd's default read, and a
-/// ZooKeeper `sync` first, so a lagging server cannot answer an old mark) and in every node's
-/// state directory.
+/// Reads the marks: in the coordination service (linearizably: etcd's default read; for
+/// ZooKeeper, a write on the session first, so neither a lagging follower nor a leader cut off
+/// from its quorum can answer an old mark) and in every node's state directory.
 #[derive(Debug, Clone)]
 pub struct MarkReader {
     mode: Mode,
@@ -593,6 +593,25 @@ impl MarkReader {
             Mode::Zookeeper => {
                 let path = format!("{ZK_PATH}-marks");
                 let found = with_zookeeper(&self.endpoints, async |client| {
+                    // A write first: `sync` is not enough, since a leader cut off from its
+                    // followers keeps serving reads (and answers `sync` at once) until it
+                    // notices, which a 30-minute run caught as marks "below" IDs. A server
+                    // answers a write only once the quorum committed it, and this session's
+                    // later reads see everything committed before it.
+                    let probe = format!("{ZK_PATH}-probe");
+                    match client
+                        .create(
+                            &probe,
+                            b"",
+                            &zookeeper_client::CreateMode::Persistent
+                                .with_acls(zookeeper_client::Acls::anyone_all()),
+                        )
+                        .await
+                    {
+                        Ok(_) | Err(zookeeper_client::Error::NodeExists) => {}
+                        Err(err) => return Err(err.into()),
+                    }
+                    client.set_data(&probe, b"read", None).await?;
                     client.sync(&path).await?;
                     let mut found = Vec::new();
                     for worker in client.list_children(&path).await? {
