@@ -426,7 +426,9 @@ fn bad_etcd_endpoints_are_explained() {
     args.etcd_password_file = Some("/nonexistent/password".into());
     let got = err(&args);
     assert!(
-        got.contains("cannot read --etcd-password-file /nonexistent/password"),
+        got.contains(
+            "cannot read --etcd-password-file (or SNOWFLAKE_ETCD_PASSWORD_FILE) /nonexistent/password"
+        ),
         "{got}"
     );
     let args = ServeArgs {
