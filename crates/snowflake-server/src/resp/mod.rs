@@ -232,6 +232,8 @@ async fn connection<S>(
         if input.len() > max_input {
             return;
         }
+        // Room to read into (a full Vec would otherwise be read into 64 bytes at a time).
+        input.reserve(4096);
         let read = tokio::select! {
             read = tokio::time::timeout(idle, stream.read_buf(&mut input)) => read,
             _ = shutdown.wait_for(|stop| *stop) => return,
@@ -246,10 +248,12 @@ async fn connection<S>(
 /// Writes `out` within the idle timeout (a peer that reads nothing for that long is idle);
 /// false when the connection is done for.
 async fn flush<S: AsyncWrite + Unpin>(stream: &mut S, out: &mut Vec<u8>, idle: Duration) -> bool {
-    let ok = matches!(
-        tokio::time::timeout(idle, stream.write_all(out)).await,
-        Ok(Ok(()))
-    );
+    // `flush` too: over TLS, records can stay in the session's buffer after `write_all`.
+    let written = async {
+        stream.write_all(out).await?;
+        stream.flush().await
+    };
+    let ok = matches!(tokio::time::timeout(idle, written).await, Ok(Ok(())));
     out.clear();
     ok
 }
