@@ -114,17 +114,25 @@ impl SecureEtcd {
         self.child = Some(child);
     }
 
-    /// etcdctl as root, over TLS with root's certificate (and root's password once auth is on).
-    fn etcdctl(&self, args: &[&str]) -> String {
-        let out = Command::new(find_binary("etcdctl"))
-            .env("ETCDCTL_API", "3")
+    /// `etcdctl` to this member over TLS with root's certificate (etcd takes its CN, `root`,
+    /// for the user while no password is sent).
+    fn root_etcdctl(&self) -> Command {
+        let mut cmd = Command::new(find_binary("etcdctl"));
+        cmd.env("ETCDCTL_API", "3")
             .arg(format!("--endpoints={}", self.endpoint()))
             .arg("--cacert")
             .arg(self.certs.path("ca.crt"))
             .arg("--cert")
             .arg(self.certs.path("root.crt"))
             .arg("--key")
-            .arg(self.certs.path("root.key"))
+            .arg(self.certs.path("root.key"));
+        cmd
+    }
+
+    /// etcdctl as root, over TLS with root's certificate (and root's password once auth is on).
+    fn etcdctl(&self, args: &[&str]) -> String {
+        let out = self
+            .root_etcdctl()
             .args(["--dial-timeout=2s", "--command-timeout=3s"])
             .args(args)
             .output()
@@ -141,14 +149,8 @@ impl SecureEtcd {
     fn wait_healthy(&self) {
         let deadline = Instant::now() + Duration::from_secs(15);
         loop {
-            let out = Command::new(find_binary("etcdctl"))
-                .arg(format!("--endpoints={}", self.endpoint()))
-                .arg("--cacert")
-                .arg(self.certs.path("ca.crt"))
-                .arg("--cert")
-                .arg(self.certs.path("root.crt"))
-                .arg("--key")
-                .arg(self.certs.path("root.key"))
+            let out = self
+                .root_etcdctl()
                 .args(["--dial-timeout=1s", "endpoint", "health"])
                 .output()
                 .unwrap();
@@ -168,14 +170,8 @@ impl SecureEtcd {
     /// Sets `user`'s password (etcd then invalidates every token of that user).
     fn set_password(&self, user: &str, password: &str) {
         use std::io::Write;
-        let mut child = Command::new(find_binary("etcdctl"))
-            .arg(format!("--endpoints={}", self.endpoint()))
-            .arg("--cacert")
-            .arg(self.certs.path("ca.crt"))
-            .arg("--cert")
-            .arg(self.certs.path("root.crt"))
-            .arg("--key")
-            .arg(self.certs.path("root.key"))
+        let mut child = self
+            .root_etcdctl()
             .args([
                 "--user",
                 "root:rootpass",

@@ -1177,18 +1177,9 @@ fn resolve_tls(
     args: &ServeArgs,
     src: &Sources<'_>,
 ) -> Result<Option<crate::tls::TlsFiles>, ConfigError> {
-    let path =
-        |cli: &Option<PathBuf>, flag: &str, key: &str| -> Result<Option<PathBuf>, ConfigError> {
-            let cli = cli.as_ref().map(|p| p.to_string_lossy().into_owned());
-            match src.pick(cli.as_deref(), flag, key) {
-                Some((text, name)) if text.is_empty() => Err(ConfigError::invalid(
-                    &name,
-                    "expected a file path, found an empty string",
-                )),
-                Some((text, _)) => Ok(Some(PathBuf::from(text))),
-                None => Ok(None),
-            }
-        };
+    let path = |cli: &Option<PathBuf>, flag: &str, key: &str| {
+        path_setting(src, cli.as_ref(), flag, key).map(|found| found.map(|(path, _)| path))
+    };
     let cert = path(&args.tls_cert, "tls-cert", "tls_cert")?;
     let key = path(&args.tls_key, "tls-key", "tls_key")?;
     let client_ca = path(&args.tls_client_ca, "tls-client-ca", "tls_client_ca")?;
