@@ -35,6 +35,24 @@ pub struct AgentLabels {
     pub agent: String,
 }
 
+/// The label for `value` in a family capped at [`MAX_AGENTS`] distinct labels of at most
+/// [`MAX_AGENT_LABEL`] bytes (`known` holds those given so far): `value` itself, or `other`.
+fn capped_label(
+    known: &std::sync::Mutex<std::collections::HashSet<String>>,
+    value: Option<&str>,
+) -> String {
+    let Some(value) = value.filter(|v| v.len() <= MAX_AGENT_LABEL) else {
+        return "other".to_owned();
+    };
+    let mut known = known.lock().unwrap_or_else(|poison| poison.into_inner());
+    if known.contains(value) || known.len() < MAX_AGENTS {
+        known.insert(value.to_owned());
+        value.to_owned()
+    } else {
+        "other".to_owned()
+    }
+}
+
 /// Labels of `snowflake_resp_ids_by_key_total`.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct KeyLabels {
@@ -201,24 +219,9 @@ impl Metrics {
 
     /// Counts one ID issued over Thrift to `agent` (already validated).
     pub fn thrift_agent_ids(&self, agent: &str) {
-        let label = {
-            let mut known = self
-                .known_agents
-                .lock()
-                .unwrap_or_else(|poison| poison.into_inner());
-            if known.contains(agent) {
-                agent
-            } else if known.len() < MAX_AGENTS && agent.len() <= MAX_AGENT_LABEL {
-                known.insert(agent.to_owned());
-                agent
-            } else {
-                "other"
-            }
-        };
+        let label = capped_label(&self.known_agents, Some(agent));
         self.thrift_ids_by_agent
-            .get_or_create(&AgentLabels {
-                agent: label.to_owned(),
-            })
+            .get_or_create(&AgentLabels { agent: label })
             .inc();
     }
 
@@ -254,20 +257,7 @@ impl Metrics {
         let key = std::str::from_utf8(key)
             .ok()
             .filter(|k| k.len() <= MAX_AGENT_LABEL && k.bytes().all(|b| b.is_ascii_graphic()));
-        let label = {
-            let mut known = self
-                .known_keys
-                .lock()
-                .unwrap_or_else(|poison| poison.into_inner());
-            match key {
-                Some(key) if known.contains(key) => key.to_owned(),
-                Some(key) if known.len() < MAX_AGENTS => {
-                    known.insert(key.to_owned());
-                    key.to_owned()
-                }
-                _ => "other".to_owned(),
-            }
-        };
+        let label = capped_label(&self.known_keys, key);
         self.resp_ids_by_key
             .get_or_create(&KeyLabels { key: label })
             .clone()
