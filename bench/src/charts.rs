@@ -147,19 +147,73 @@ pub fn latency(run: &Run, path: &Path) -> Result<()> {
             .map(|m| m.median)
             .filter(|v| v.is_finite())
     };
+    let bars: Vec<(&str, Vec<Option<f64>>)> = series
+        .iter()
+        .map(|(group, name)| (*name, labels.iter().map(|l| value(group, l)).collect()))
+        .collect();
+    grouped_bars(
+        path,
+        "snowflake HTTP /v1/id latency at half of peak",
+        "µs",
+        &labels,
+        &bars,
+    )
+}
+
+/// Bars of our RESP port against redis-server, the same client (redis-benchmark), without and
+/// with pipelining.
+pub fn resp(run: &Run, path: &Path) -> Result<()> {
+    use crate::service::{RESP_GROUP, RESP_OURS, RESP_REDIS};
+    let params = ["c=50", "c=50 -P 16"];
+    let labels: Vec<String> = vec![
+        "INCR, 50 connections".into(),
+        "INCR, 50 connections, -P 16".into(),
+    ];
+    let bars: Vec<(&str, Vec<Option<f64>>)> = [
+        (RESP_OURS, "snowflake --resp-addr"),
+        (RESP_REDIS, "redis-server"),
+    ]
+    .iter()
+    .map(|(subject, name)| {
+        let values = params
+            .iter()
+            .map(|p| {
+                run.median(RESP_GROUP, subject, p)
+                    .filter(|v| v.is_finite())
+                    .map(|v| v / 1e3)
+            })
+            .collect();
+        (*name, values)
+    })
+    .collect();
+    grouped_bars(
+        path,
+        "Redis clients: INCR against our RESP port and redis-server (redis-benchmark)",
+        "thousand requests/s",
+        &labels,
+        &bars,
+    )
+}
+
+/// Bars grouped by label, one colour per series; a missing value leaves a gap.
+fn grouped_bars(
+    path: &Path,
+    caption: &str,
+    y_desc: &str,
+    labels: &[String],
+    series: &[(&str, Vec<Option<f64>>)],
+) -> Result<()> {
     let y_max = series
         .iter()
-        .flat_map(|(group, _)| labels.iter().filter_map(|l| value(group, l)))
+        .flat_map(|(_, values)| values.iter().flatten().copied())
         .fold(1.0_f64, f64::max)
         * 1.15;
     let n = labels.len().max(1);
+    let width = 0.8 / series.len().max(1) as f64;
     let root = SVGBackend::new(path, (800, 480)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| anyhow!("{e:?}"))?;
     let mut chart = ChartBuilder::on(&root)
-        .caption(
-            "snowflake HTTP /v1/id latency at half of peak",
-            ("sans-serif", 20),
-        )
+        .caption(caption, ("sans-serif", 20))
         .margin(12)
         .x_label_area_size(40)
         .y_label_area_size(60)
@@ -177,15 +231,15 @@ pub fn latency(run: &Run, path: &Path) -> Result<()> {
                 String::new()
             }
         })
-        .y_desc("µs")
+        .y_desc(y_desc)
         .draw()
         .map_err(|e| anyhow!("{e:?}"))?;
-    for (k, (group, name)) in series.iter().enumerate() {
-        let left = 0.1 + 0.4 * k as f64;
-        let bars: Vec<(usize, f64)> = labels
+    for (k, (name, values)) in series.iter().enumerate() {
+        let left = 0.1 + width * k as f64;
+        let bars: Vec<(usize, f64)> = values
             .iter()
             .enumerate()
-            .filter_map(|(i, l)| value(group, l).map(|v| (i, v)))
+            .filter_map(|(i, v)| v.map(|v| (i, v)))
             .collect();
         if bars.is_empty() {
             continue;
@@ -194,7 +248,7 @@ pub fn latency(run: &Run, path: &Path) -> Result<()> {
         chart
             .draw_series(bars.iter().map(|&(i, v)| {
                 Rectangle::new(
-                    [(i as f64 + left, 0.0), (i as f64 + left + 0.38, v)],
+                    [(i as f64 + left, 0.0), (i as f64 + left + width * 0.95, v)],
                     color.filled(),
                 )
             }))

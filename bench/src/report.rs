@@ -2,7 +2,10 @@
 
 use crate::lib_bench::{CLOCK, OURS};
 use crate::model::{Machine, Measurement, Run, median};
-use crate::service::{CONNECTIONS, LATENCY_CLOSED, LATENCY_RATE, NGHTTPD, REDIS, WRK};
+use crate::service::{
+    CONNECTIONS, LATENCY_CLOSED, LATENCY_RATE, NGHTTPD, REDIS, RESP_BATCH, RESP_GROUP, RESP_OURS,
+    RESP_REDIS, TLS_GROUP, WRK,
+};
 use crate::soak::{self, Soak};
 use anyhow::Result;
 use std::fmt::Write as _;
@@ -387,6 +390,9 @@ fn service_section(out: &mut String, svc: &Run, charts_link: &str) {
         "\n![latency percentiles]({charts_link}/service-latency.svg)\n"
     );
 
+    tls_section(out, svc);
+    resp_section(out, svc, charts_link);
+
     let _ = writeln!(out, "### Memory (VmRSS)\n");
     let rows: Vec<Vec<String>> = subjects(svc, "memory")
         .iter()
@@ -403,6 +409,107 @@ fn service_section(out: &mut String, svc: &Run, charts_link: &str) {
 }
 
 /// `KiB` with thousands separators.
+/// Plaintext against TLS: the same build of our server twice (one with `--tls-cert`), and
+/// Redis's own `--tls-port`.
+fn tls_section(out: &mut String, svc: &Run) {
+    let subjects = subjects(svc, TLS_GROUP);
+    if subjects.is_empty() {
+        return;
+    }
+    let _ = writeln!(out, "### TLS\n");
+    let _ = writeln!(
+        out,
+        "A second `snowflake serve --worker-threads 1` with `--tls-cert`/`--tls-key` (RSA 2048, rustls with ring) on its HTTP, gRPC and RESP ports, beside the plaintext one; redis-server with `--tls-port` on the same certificate. Each pair ran back to back in every round, with the same client.\n"
+    );
+    let rows: Vec<Vec<String>> = subjects
+        .iter()
+        .map(|s| {
+            let plain = svc.median(TLS_GROUP, s, "plaintext").unwrap_or(f64::NAN);
+            let tls = svc.median(TLS_GROUP, s, "TLS").unwrap_or(f64::NAN);
+            let limit = if s.starts_with("batches") {
+                format!("{:.1}% of 4,096,000", 100.0 * tls / LAYOUT_MAX)
+            } else {
+                String::new()
+            };
+            vec![s.clone(), num(plain), num(tls), ratio(tls, plain), limit]
+        })
+        .collect();
+    out.push_str(&table(
+        &[
+            "IDs/s",
+            "plaintext",
+            "TLS",
+            "TLS / plaintext",
+            "batches: of the limit",
+        ],
+        &rows,
+    ));
+    out.push('\n');
+}
+
+/// Our RESP port against redis-server with redis-benchmark, and RESP batches.
+fn resp_section(out: &mut String, svc: &Run, charts_link: &str) {
+    if subjects(svc, RESP_GROUP).is_empty() {
+        return;
+    }
+    let _ = writeln!(out, "### Redis clients (RESP)\n");
+    let _ = writeln!(
+        out,
+        "`redis-benchmark -t incr -c 50` (and `-P 16`) against our `--resp-addr` and against redis-server (persistence off), alternating in every round.\n"
+    );
+    let rows: Vec<Vec<String>> = ["c=50", "c=50 -P 16"]
+        .iter()
+        .map(|p| {
+            let ours = svc.median(RESP_GROUP, RESP_OURS, p).unwrap_or(f64::NAN);
+            let redis = svc.median(RESP_GROUP, RESP_REDIS, p).unwrap_or(f64::NAN);
+            let rounds = svc
+                .find(RESP_GROUP, RESP_OURS, p)
+                .zip(svc.find(RESP_GROUP, RESP_REDIS, p))
+                .map(|(o, r)| {
+                    o.samples
+                        .iter()
+                        .zip(&r.samples)
+                        .map(|(o, r)| ratio(*o, *r))
+                        .collect::<Vec<_>>()
+                        .join(" / ")
+                })
+                .unwrap_or_default();
+            vec![
+                format!(
+                    "INCR, {}",
+                    p.replace("c=50", "50 connections").replace(" -P", ", -P")
+                ),
+                num(ours),
+                num(redis),
+                ratio(ours, redis),
+                rounds,
+            ]
+        })
+        .collect();
+    out.push_str(&table(
+        &[
+            "requests/s",
+            "ours",
+            "redis-server",
+            "ours / Redis",
+            "rounds",
+        ],
+        &rows,
+    ));
+    if let Some(batch) = svc.median(RESP_GROUP, RESP_BATCH, "c=4") {
+        let _ = writeln!(
+            out,
+            "\n{RESP_BATCH}: {} IDs/s, {:.1}% of 4,096,000.",
+            num(batch),
+            100.0 * batch / LAYOUT_MAX
+        );
+    }
+    let _ = writeln!(
+        out,
+        "\n![RESP against redis-server]({charts_link}/service-resp.svg)\n"
+    );
+}
+
 fn kib(v: f64) -> String {
     format!("{} KiB", count(v))
 }
@@ -590,6 +697,31 @@ fn targets_section(out: &mut String, lib: Option<&Run>, svc: Option<&Run>) {
                 verdict(v >= 1.2 * redis),
             ]);
         }
+        for s in subjects(svc, TLS_GROUP)
+            .into_iter()
+            .filter(|s| s.starts_with("batches"))
+        {
+            let v = svc.median(TLS_GROUP, &s, "TLS").unwrap_or(f64::NAN);
+            rows.push(vec![
+                format!("{s} over TLS ≥ 95% of 4,096,000 IDs/s"),
+                format!("{:.1}%", 100.0 * v / LAYOUT_MAX),
+                verdict(v >= 0.95 * LAYOUT_MAX),
+            ]);
+        }
+        for (param, target) in [("c=50", 1.3), ("c=50 -P 16", 1.0)] {
+            let ours = svc.median(RESP_GROUP, RESP_OURS, param);
+            let redis = svc.median(RESP_GROUP, RESP_REDIS, param);
+            if let (Some(ours), Some(redis)) = (ours, redis) {
+                rows.push(vec![
+                    format!(
+                        "RESP INCR ≥ {target:.1}× redis-server, {}",
+                        param.replace("c=50", "50 connections")
+                    ),
+                    ratio(ours, redis),
+                    verdict(ours >= target * redis),
+                ]);
+            }
+        }
         if let Some(p99) = svc.median("latency-closed", LATENCY_CLOSED, "p99") {
             rows.push(vec![
                 "HTTP p99 < 1 ms at ≥ half of peak, closed loop (wrk)".into(),
@@ -698,6 +830,9 @@ pub fn write(
     if let Some(svc) = &svc {
         crate::charts::connections(svc, &charts_dir.join("service-connections.svg"))?;
         crate::charts::latency(svc, &charts_dir.join("service-latency.svg"))?;
+        if svc.measurements.iter().any(|m| m.group == RESP_GROUP) {
+            crate::charts::resp(svc, &charts_dir.join("service-resp.svg"))?;
+        }
     }
     if let Some(soak) = &soak {
         crate::charts::soak(soak, &charts_dir.join("soak-rss.svg"))?;

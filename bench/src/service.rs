@@ -79,6 +79,7 @@ pub fn ensure_tools() -> Result<PathBuf> {
         ("pgbench", "postgresql-client"),
         ("psql", "postgresql-client"),
         ("runuser", "util-linux"),
+        ("openssl", "openssl"),
     ]);
     if pg_bin_dir().is_none() {
         missing.push("postgresql");
@@ -176,27 +177,48 @@ fn wait_until(what: &str, timeout: Duration, mut ready: impl FnMut() -> bool) ->
     Ok(())
 }
 
-/// `snowflake serve --worker-threads 1` on loopback with free ports, its state directory and
-/// log in a directory of the caller's; stopped (TERM, then KILL after 5 s) on drop.
+/// `snowflake serve --worker-threads 1` on loopback with free ports (HTTP, gRPC, Thrift and
+/// RESP), its state directory and log in a directory of the caller's; stopped (TERM, then KILL
+/// after 5 s) on drop.
 pub struct SfServer {
     child: Child,
     log: PathBuf,
     pub http_port: u16,
     pub grpc_port: u16,
     pub thrift_port: u16,
+    pub resp_port: u16,
 }
 
 impl SfServer {
     /// Starts the server with its state in `dir/state` and its log in `dir/serve.log`, and waits
     /// until `/readyz` answers.
     pub fn start(bin: &Path, dir: &Path) -> Result<SfServer> {
-        let (http_port, grpc_port, thrift_port) = (free_port()?, free_port()?, free_port()?);
+        SfServer::start_with(bin, dir, "", 1, &[])
+    }
+
+    /// [`SfServer::start`] under `dir/NAME` (state and log), as worker `worker_id`, with
+    /// `extra` flags; with `--tls-cert` among them, `/readyz` is asked over plaintext on the
+    /// admin port `--admin-addr` (which `extra` must not set).
+    pub fn start_with(
+        bin: &Path,
+        dir: &Path,
+        name: &str,
+        worker_id: u32,
+        extra: &[String],
+    ) -> Result<SfServer> {
+        let dir = dir.join(name);
+        std::fs::create_dir_all(&dir)?;
+        let (http_port, grpc_port, thrift_port, resp_port) =
+            (free_port()?, free_port()?, free_port()?, free_port()?);
+        let tls = extra.iter().any(|a| a == "--tls-cert");
+        let admin_port = if tls { free_port()? } else { http_port };
         let log = dir.join("serve.log");
-        let child = Command::new(bin)
-            .arg("serve")
+        let mut cmd = Command::new(bin);
+        cmd.arg("serve")
             .args(["--http-addr", &format!("127.0.0.1:{http_port}")])
             .args(["--grpc-addr", &format!("127.0.0.1:{grpc_port}")])
             .args(["--thrift-addr", &format!("127.0.0.1:{thrift_port}")])
+            .args(["--resp-addr", &format!("127.0.0.1:{resp_port}")])
             .arg("--state-dir")
             .arg(dir.join("state"))
             .args([
@@ -205,8 +227,13 @@ impl SfServer {
                 "--datacenter-id",
                 "1",
                 "--worker-id",
-                "1",
+                &worker_id.to_string(),
             ])
+            .args(extra);
+        if tls {
+            cmd.args(["--admin-addr", &format!("127.0.0.1:{admin_port}")]);
+        }
+        let child = cmd
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log)?)
@@ -219,9 +246,10 @@ impl SfServer {
             http_port,
             grpc_port,
             thrift_port,
+            resp_port,
         };
         let deadline = Instant::now() + Duration::from_secs(15);
-        while !http_ok(http_port, "/readyz") {
+        while !http_ok(admin_port, "/readyz") {
             sf.check_running()?;
             if Instant::now() > deadline {
                 bail!("snowflake serve not ready after 15 s: {}", sf.log_tail());
@@ -235,11 +263,12 @@ impl SfServer {
         self.child.id()
     }
 
-    /// The port of a `snowflake bench --protocol` (`http`, `grpc` or `thrift`).
+    /// The port of a `snowflake bench --protocol` (`http`, `grpc` or `thrift`), or `resp`.
     pub fn port(&self, protocol: &str) -> u16 {
         match protocol {
             "grpc" => self.grpc_port,
             "thrift" => self.thrift_port,
+            "resp" => self.resp_port,
             _ => self.http_port,
         }
     }
@@ -391,17 +420,80 @@ pub fn cyclictest(loops: u64) -> Result<parse::Cyclictest> {
     parse::cyclictest(&out)
 }
 
-/// Redis, PostgreSQL, nghttpd and our server, stopped (and their directories removed) on drop.
+/// Redis, PostgreSQL, nghttpd and our server (plaintext, and a second one with TLS on its HTTP,
+/// gRPC and RESP ports), stopped (and their directories removed) on drop.
 struct Services {
     work: tempfile::TempDir,
     pg_bin: PathBuf,
     redis: Option<Child>,
     redis_port: u16,
+    /// Redis's `--tls-port` (the same server).
+    redis_tls_port: u16,
     pg_data: Option<PathBuf>,
     pg_port: u16,
     nghttpd: Option<Child>,
     nghttpd_port: u16,
     sf: Option<SfServer>,
+    sf_tls: Option<SfServer>,
+}
+
+/// A CA and a server certificate for 127.0.0.1 (RSA 2048, as most deployments have), made with
+/// openssl in `dir`: `ca.crt`, `server.crt`, `server.key`.
+fn make_certs(dir: &Path) -> Result<()> {
+    let openssl = |args: &[&str]| run_cmd(Command::new("openssl").current_dir(dir).args(args));
+    openssl(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.crt",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=compare-ca",
+        "-addext",
+        "basicConstraints=critical,CA:TRUE",
+        "-addext",
+        "keyUsage=critical,keyCertSign,cRLSign",
+    ])?;
+    openssl(&[
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "server.key",
+        "-out",
+        "server.csr",
+        "-subj",
+        "/CN=compare",
+    ])?;
+    std::fs::write(
+        dir.join("server.ext"),
+        "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n",
+    )?;
+    openssl(&[
+        "x509",
+        "-req",
+        "-in",
+        "server.csr",
+        "-CA",
+        "ca.crt",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-days",
+        "2",
+        "-extfile",
+        "server.ext",
+        "-out",
+        "server.crt",
+    ])?;
+    Ok(())
 }
 
 impl Services {
@@ -416,18 +508,27 @@ impl Services {
             pg_bin,
             redis: None,
             redis_port: free_port()?,
+            redis_tls_port: free_port()?,
             pg_data: None,
             pg_port: free_port()?,
             nghttpd: None,
             nghttpd_port: free_port()?,
             sf: None,
+            sf_tls: None,
         };
         let dir = s.work.path().to_owned();
+        make_certs(&dir).context("making the TLS certificates")?;
+        let cert = |name: &str| dir.join(name).to_string_lossy().into_owned();
 
         let redis_log = std::fs::File::create(dir.join("redis.log"))?;
         s.redis = Some(
             Command::new("redis-server")
                 .args(["--bind", "127.0.0.1", "--port", &s.redis_port.to_string()])
+                .args(["--tls-port", &s.redis_tls_port.to_string()])
+                .args(["--tls-cert-file", &cert("server.crt")])
+                .args(["--tls-key-file", &cert("server.key")])
+                .args(["--tls-ca-cert-file", &cert("ca.crt")])
+                .args(["--tls-auth-clients", "no"])
                 .args(["--save", "", "--appendonly", "no", "--dir"])
                 .arg(&dir)
                 .stdout(redis_log)
@@ -494,6 +595,18 @@ impl Services {
         );
 
         s.sf = Some(SfServer::start(sf_bin, &dir)?);
+        s.sf_tls = Some(SfServer::start_with(
+            sf_bin,
+            &dir,
+            "tls",
+            2,
+            &[
+                "--tls-cert".into(),
+                cert("server.crt"),
+                "--tls-key".into(),
+                cert("server.key"),
+            ],
+        )?);
         let redis_port = s.redis_port;
         wait_until("redis-server", Duration::from_secs(10), || {
             Command::new("redis-cli")
@@ -521,20 +634,17 @@ impl Services {
     }
 
     fn redis(&self, connections: u32, requests: u64) -> Result<parse::RedisRow> {
-        let out = run_cmd(Command::new("redis-benchmark").args([
-            "-h",
-            "127.0.0.1",
-            "-p",
-            &self.redis_port.to_string(),
-            "-c",
-            &connections.to_string(),
-            "-n",
-            &requests.to_string(),
-            "-t",
-            "incr",
-            "--csv",
-        ]))?;
-        parse::redis_csv(&out, "INCR")
+        redis_benchmark(
+            &RedisTarget::plain(self.redis_port),
+            connections,
+            1,
+            requests,
+            None,
+        )
+    }
+
+    fn ca(&self) -> PathBuf {
+        self.work.path().join("ca.crt")
     }
 
     fn pgbench(&self, clients: u32, secs: u64) -> Result<parse::Pgbench> {
@@ -581,8 +691,9 @@ impl Services {
 
 impl Drop for Services {
     fn drop(&mut self) {
-        // Our server first (TERM, then KILL), as before its state directory goes.
+        // Our servers first (TERM, then KILL), as before their state directories go.
         drop(self.sf.take());
+        drop(self.sf_tls.take());
         for mut child in [self.redis.take(), self.nghttpd.take()]
             .into_iter()
             .flatten()
@@ -602,6 +713,178 @@ impl Drop for Services {
                 .status();
         }
     }
+}
+
+/// The group of the TLS measurements: plaintext against TLS, same server build, same client.
+pub const TLS_GROUP: &str = "tls";
+/// The group of the RESP measurements: our RESP port against redis-server, same client.
+pub const RESP_GROUP: &str = "resp";
+pub const RESP_OURS: &str = "snowflake RESP INCR";
+pub const RESP_REDIS: &str = "redis-server INCR";
+/// `SNOWFLAKE.NEXT 4096` over RESP, in IDs/s.
+pub const RESP_BATCH: &str = "snowflake RESP SNOWFLAKE.NEXT 4096, 4 connections";
+
+/// redis-benchmark counts requests, not seconds: each run is sized from the last rate seen
+/// for the same measurement (or a guess), so that it lasts about the measurement's seconds.
+#[derive(Default)]
+struct Sized(HashMap<String, f64>);
+
+impl Sized {
+    fn run(
+        &mut self,
+        key: &str,
+        guess: f64,
+        secs: f64,
+        bench: impl FnOnce(u64) -> Result<parse::RedisRow>,
+    ) -> Result<parse::RedisRow> {
+        let rate = self.0.get(key).copied().unwrap_or(guess);
+        let row = bench(((rate * secs) as u64).max(1000))?;
+        self.0.insert(key.to_owned(), row.rps);
+        Ok(row)
+    }
+}
+
+/// One round of the TLS and RESP measurements: each pair back to back, so that the machine's
+/// noise hits both sides alike.
+fn tls_and_resp(
+    run: &mut Run,
+    svc: &Services,
+    bin: &Path,
+    secs: f64,
+    sized: &mut Sized,
+    errors: &mut Vec<String>,
+) -> Result<()> {
+    let (plain, tls) = (svc.sf(), svc.sf_tls.as_ref().expect("started"));
+    let ca = svc.ca();
+    let ca_arg = ca.to_string_lossy().into_owned();
+    let mut bench = |run: &mut Run, subject: &str, protocol: &str, args: &[&str]| -> Result<()> {
+        for (param, server, tls_args) in [
+            ("plaintext", plain, &[][..]),
+            ("TLS", tls, &["--tls-ca", ca_arg.as_str()][..]),
+        ] {
+            let all: Vec<&str> = args.iter().chain(tls_args).copied().collect();
+            let r = sf_bench(bin, protocol, server.port(protocol), &all, secs)?;
+            if r.errors_total > 0 {
+                errors.push(format!(
+                    "{subject} ({param}): {} errors in one round",
+                    r.errors_total
+                ));
+            }
+            run.record(TLS_GROUP, subject, param, "IDs/s", r.ids_per_sec);
+        }
+        Ok(())
+    };
+    bench(
+        run,
+        "single IDs, HTTP keep-alive, 50 connections (snowflake bench)",
+        "http",
+        &["-c", "50"],
+    )?;
+    bench(
+        run,
+        "single IDs, gRPC NextId, 50 connections (snowflake bench)",
+        "grpc",
+        &["-c", "50"],
+    )?;
+    bench(
+        run,
+        "batches of 4096, HTTP, 4 connections (snowflake bench)",
+        "http",
+        &["-c", "4", "--batch", "4096"],
+    )?;
+    for (subject, plain_port, tls_port) in [
+        (
+            "Redis INCR, 50 connections (redis-benchmark)",
+            svc.redis_port,
+            svc.redis_tls_port,
+        ),
+        (
+            "snowflake RESP INCR, 50 connections (redis-benchmark)",
+            plain.resp_port,
+            tls.resp_port,
+        ),
+    ] {
+        for (param, target) in [
+            ("plaintext", RedisTarget::plain(plain_port)),
+            ("TLS", RedisTarget::tls(tls_port, &ca)),
+        ] {
+            let key = format!("{subject} {param}");
+            let row = sized.run(&key, 60_000.0, secs, |n| {
+                redis_benchmark(&target, 50, 1, n, None)
+            })?;
+            run.record(TLS_GROUP, subject, param, "IDs/s", row.rps);
+        }
+    }
+
+    // RESP against Redis: the same client, INCR without and with pipelining.
+    for (param, pipeline, guess) in [("c=50", 1, 60_000.0), ("c=50 -P 16", 16, 600_000.0)] {
+        for (subject, port) in [(RESP_OURS, plain.resp_port), (RESP_REDIS, svc.redis_port)] {
+            let row = sized.run(&format!("{subject} {param}"), guess, secs, |n| {
+                redis_benchmark(&RedisTarget::plain(port), 50, pipeline, n, None)
+            })?;
+            run.record(RESP_GROUP, subject, param, "requests/s", row.rps);
+        }
+    }
+    let row = sized.run(RESP_BATCH, 500.0, secs, |n| {
+        redis_benchmark(
+            &RedisTarget::plain(plain.resp_port),
+            4,
+            1,
+            n,
+            Some(&["SNOWFLAKE.NEXT", "4096"]),
+        )
+    })?;
+    run.record(RESP_GROUP, RESP_BATCH, "c=4", "IDs/s", row.rps * 4096.0);
+    Ok(())
+}
+
+/// Where `redis-benchmark` connects: a port, over TLS (verified with a CA) or not.
+pub struct RedisTarget {
+    port: u16,
+    tls_ca: Option<PathBuf>,
+}
+
+impl RedisTarget {
+    pub fn plain(port: u16) -> RedisTarget {
+        RedisTarget { port, tls_ca: None }
+    }
+
+    pub fn tls(port: u16, ca: &Path) -> RedisTarget {
+        RedisTarget {
+            port,
+            tls_ca: Some(ca.to_owned()),
+        }
+    }
+}
+
+/// `redis-benchmark` with `connections`, `pipeline` commands in flight per connection and
+/// `requests` in all: `INCR` (`-t incr`), or `command` (e.g. `SNOWFLAKE.NEXT 4096`).
+pub fn redis_benchmark(
+    target: &RedisTarget,
+    connections: u32,
+    pipeline: u32,
+    requests: u64,
+    command: Option<&[&str]>,
+) -> Result<parse::RedisRow> {
+    let mut cmd = Command::new("redis-benchmark");
+    cmd.args(["-h", "127.0.0.1", "-p", &target.port.to_string()])
+        .args(["-c", &connections.to_string(), "-n", &requests.to_string()])
+        .args(["-P", &pipeline.to_string(), "--csv"]);
+    if let Some(ca) = &target.tls_ca {
+        cmd.args(["--tls", "--cacert"]).arg(ca);
+    }
+    let test = match command {
+        None => {
+            cmd.args(["-t", "incr"]);
+            "INCR".to_owned()
+        }
+        Some(words) => {
+            cmd.args(words);
+            words.join(" ")
+        }
+    };
+    let out = run_cmd(&mut cmd)?;
+    parse::redis_csv(&out, &test)
 }
 
 /// `snowflake bench` against our server.
@@ -692,6 +975,8 @@ pub fn run(root: &Path, secs: f64, rounds: usize) -> Result<Run> {
         Ok(row.rps)
     };
     let mut errors: Vec<String> = Vec::new();
+    let mut sized = Sized::default();
+    let mut tls_errors: Vec<String> = Vec::new();
     let mut sf =
         |run: &mut Run, group: &str, subject: &str, protocol: &str, args: &[&str]| -> Result<()> {
             let r = sf_bench(&bin, protocol, svc.sf().port(protocol), args, secs)?;
@@ -784,6 +1069,7 @@ pub fn run(root: &Path, secs: f64, rounds: usize) -> Result<Run> {
             "grpc",
             &["-c", "2", "--batch", "1000000", "--stream"],
         )?;
+        tls_and_resp(&mut run, &svc, &bin, secs, &mut sized, &mut tls_errors)?;
         for c in [1u32, 10] {
             redis(&mut run, c)?;
             let w = svc.wrk(c, whole)?;
@@ -928,6 +1214,7 @@ pub fn run(root: &Path, secs: f64, rounds: usize) -> Result<Run> {
         }
     }
     run.notes.extend(errors);
+    run.notes.extend(tls_errors);
     drop(svc);
     run.machine.loadavg_after = crate::model::loadavg();
     run.wall_secs = started.elapsed().as_secs_f64();

@@ -5,6 +5,7 @@ mod fleet;
 mod grpc;
 mod http_api;
 mod mixed;
+mod resp;
 mod restart;
 mod support;
 mod thrift;

@@ -16,7 +16,7 @@ use prometheus_client::metrics::counter::Counter;
 use snowflake_core::SnowflakeId;
 use std::io::Write as _;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, watch};
@@ -168,7 +168,7 @@ async fn connection<S>(
     limits: Limits,
     idle: Duration,
     id: u64,
-    mut shutdown: watch::Receiver<bool>,
+    shutdown: watch::Receiver<bool>,
 ) where
     S: AsyncRead + AsyncWrite + Unpin,
 {
@@ -182,24 +182,30 @@ async fn connection<S>(
     };
     let mut input = Vec::with_capacity(4096);
     let mut out = Vec::with_capacity(4096);
+    let mut ranges = Vec::new();
     // One whole largest request: its arguments, its header lines, an inline line.
     let max_input = limits
         .max_bulk_bytes
         .saturating_add(limits.max_args.saturating_mul(24))
         .saturating_add(limits.max_inline_bytes);
+    // The idle deadline and the stop signal are made once per connection, not once per read or
+    // write: a request then costs no timer registration (see `Idle`).
+    let mut idle = Idle::new(idle);
+    let mut stop_rx = shutdown.clone();
+    let stop = stop_rx.wait_for(|stop| *stop);
+    tokio::pin!(stop);
     loop {
         // Everything complete in the buffer, in order.
         let mut used = 0;
         loop {
-            match parse::parse(&input[used..], &limits) {
-                Ok(Some(parsed)) => {
+            match parse::parse_into(&input[used..], &limits, &mut ranges) {
+                Ok(Some(consumed)) => {
                     let base = used;
-                    used += parsed.consumed;
-                    if parsed.args.is_empty() {
+                    used += consumed;
+                    if ranges.is_empty() {
                         continue;
                     }
-                    let args: Vec<&[u8]> = parsed
-                        .args
+                    let args: Args<'_> = ranges
                         .iter()
                         .map(|r| &input[base + r.start..base + r.end])
                         .collect();
@@ -207,7 +213,7 @@ async fn connection<S>(
                     if session.quit {
                         break;
                     }
-                    if out.len() >= FLUSH_BYTES && !flush(&mut stream, &mut out, idle).await {
+                    if out.len() >= FLUSH_BYTES && !idle.write(&mut stream, &mut out).await {
                         return;
                     }
                 }
@@ -216,14 +222,14 @@ async fn connection<S>(
                     node.metrics()
                         .request(Protocol::Resp, "protocol_error", 400);
                     error_reply(&mut out, &format!("ERR {err}"));
-                    let _ = flush(&mut stream, &mut out, idle).await;
+                    let _ = idle.write(&mut stream, &mut out).await;
                     tracing::debug!(error = %err, "closing a resp connection that sent a bad request");
                     return;
                 }
             }
         }
         input.drain(..used);
-        if !out.is_empty() && !flush(&mut stream, &mut out, idle).await {
+        if !out.is_empty() && !idle.write(&mut stream, &mut out).await {
             return;
         }
         if session.quit || *shutdown.borrow() {
@@ -235,27 +241,80 @@ async fn connection<S>(
         // Room to read into (a full Vec would otherwise be read into 64 bytes at a time).
         input.reserve(4096);
         let read = tokio::select! {
-            read = tokio::time::timeout(idle, stream.read_buf(&mut input)) => read,
-            _ = shutdown.wait_for(|stop| *stop) => return,
+            biased;
+            read = idle.read(&mut stream, &mut input) => read,
+            _ = &mut stop => return,
         };
-        match read {
-            Ok(Ok(0)) | Ok(Err(_)) | Err(_) => return,
-            Ok(Ok(_)) => {}
+        if !read {
+            return;
         }
     }
 }
 
-/// Writes `out` within the idle timeout (a peer that reads nothing for that long is idle);
-/// false when the connection is done for.
-async fn flush<S: AsyncWrite + Unpin>(stream: &mut S, out: &mut Vec<u8>, idle: Duration) -> bool {
-    // `flush` too: over TLS, records can stay in the session's buffer after `write_all`.
-    let written = async {
-        stream.write_all(out).await?;
-        stream.flush().await
-    };
-    let ok = matches!(tokio::time::timeout(idle, written).await, Ok(Ok(())));
-    out.clear();
-    ok
+/// A command's arguments, borrowed from the input buffer; commands of up to 8 arguments (all
+/// the ones answered here) need no allocation.
+type Args<'a> = smallvec::SmallVec<[&'a [u8]; 8]>;
+
+/// A connection's idle deadline: a peer that sends nothing, or reads nothing of a reply, for
+/// `limit` is gone. One timer per connection, moved forward only when it fires early, so the
+/// busy path reads the clock instead of registering a timer per read and per write.
+struct Idle {
+    limit: Duration,
+    /// When the connection last moved (bytes read, or a reply started or finished).
+    last: Instant,
+    timer: std::pin::Pin<Box<tokio::time::Sleep>>,
+}
+
+impl Idle {
+    fn new(limit: Duration) -> Idle {
+        let now = Instant::now();
+        Idle {
+            limit,
+            last: now,
+            timer: Box::pin(tokio::time::sleep_until((now + limit).into())),
+        }
+    }
+
+    /// Runs `io` until it completes (`Some`) or the connection has been idle for the limit
+    /// (`None`).
+    async fn within<T>(&mut self, io: impl std::future::Future<Output = T>) -> Option<T> {
+        tokio::pin!(io);
+        loop {
+            tokio::select! {
+                biased;
+                done = &mut io => {
+                    self.last = Instant::now();
+                    return Some(done);
+                }
+                () = &mut self.timer => {
+                    let due = self.last + self.limit;
+                    if Instant::now() >= due {
+                        return None;
+                    }
+                    self.timer.as_mut().reset(due.into());
+                }
+            }
+        }
+    }
+
+    /// Reads what the socket has into `input`; false when the peer left, failed or idled.
+    async fn read<S: AsyncRead + Unpin>(&mut self, stream: &mut S, input: &mut Vec<u8>) -> bool {
+        matches!(self.within(stream.read_buf(input)).await, Some(Ok(n)) if n > 0)
+    }
+
+    /// Writes `out` (and clears it); false when the connection is done for: the peer failed, or
+    /// read nothing of it for the idle limit.
+    async fn write<S: AsyncWrite + Unpin>(&mut self, stream: &mut S, out: &mut Vec<u8>) -> bool {
+        self.last = Instant::now();
+        // `flush` too: over TLS, records can stay in the session's buffer after `write_all`.
+        let written = async {
+            stream.write_all(out).await?;
+            stream.flush().await
+        };
+        let ok = matches!(self.within(written).await, Some(Ok(())));
+        out.clear();
+        ok
+    }
 }
 
 fn simple(out: &mut Vec<u8>, text: &str) {
@@ -320,13 +379,13 @@ fn id_value(id: u64) -> i64 {
 
 /// Answers one command into `out`, and counts it.
 async fn run(node: &Node, session: &mut Session, args: &[&[u8]], out: &mut Vec<u8>) {
-    let name = args[0].to_ascii_lowercase();
+    // Known commands by their lower-case name (no allocation); anything else is "unknown".
     let route = COMMANDS
         .iter()
         .copied()
-        .find(|c| c.as_bytes() == name.as_slice())
+        .find(|c| c.as_bytes().eq_ignore_ascii_case(args[0]))
         .unwrap_or("unknown");
-    let ok = match answer(node, session, &name, args, out).await {
+    let ok = match answer(node, session, route.as_bytes(), args, out).await {
         Ok(()) => true,
         Err(message) => {
             error_reply(out, &message);

@@ -42,10 +42,22 @@ pub struct Parsed {
 
 /// Parses the first command of `buf`: `Ok(None)` when more bytes are needed.
 pub fn parse(buf: &[u8], limits: &Limits) -> Result<Option<Parsed>, ProtocolError> {
+    let mut args = Vec::new();
+    Ok(parse_into(buf, limits, &mut args)?.map(|consumed| Parsed { args, consumed }))
+}
+
+/// [`parse`] into a caller's vector of argument ranges (cleared first), so that a connection
+/// reuses one: the bytes the command used, or `Ok(None)` when more bytes are needed.
+pub fn parse_into(
+    buf: &[u8],
+    limits: &Limits,
+    args: &mut Vec<Range<usize>>,
+) -> Result<Option<usize>, ProtocolError> {
+    args.clear();
     match buf.first() {
         None => Ok(None),
-        Some(b'*') => parse_multibulk(buf, limits),
-        Some(_) => parse_inline(buf, limits),
+        Some(b'*') => parse_multibulk(buf, limits, args),
+        Some(_) => parse_inline(buf, limits, args),
     }
 }
 
@@ -88,7 +100,11 @@ fn header_number(buf: &[u8], from: usize, end: usize, what: &str) -> Result<i64,
     }
 }
 
-fn parse_multibulk(buf: &[u8], limits: &Limits) -> Result<Option<Parsed>, ProtocolError> {
+fn parse_multibulk(
+    buf: &[u8],
+    limits: &Limits,
+    args: &mut Vec<Range<usize>>,
+) -> Result<Option<usize>, ProtocolError> {
     let Some(end) = line_end(buf, 1, limits.max_inline_bytes, "multibulk length")? else {
         return Ok(None);
     };
@@ -96,10 +112,7 @@ fn parse_multibulk(buf: &[u8], limits: &Limits) -> Result<Option<Parsed>, Protoc
     let mut at = end + 1;
     if count <= 0 {
         // `*0` and `*-1`: nothing to run (Redis skips them too).
-        return Ok(Some(Parsed {
-            args: Vec::new(),
-            consumed: at,
-        }));
+        return Ok(Some(at));
     }
     let count = usize::try_from(count).unwrap_or(usize::MAX);
     if count > limits.max_args {
@@ -108,7 +121,6 @@ fn parse_multibulk(buf: &[u8], limits: &Limits) -> Result<Option<Parsed>, Protoc
             limits.max_args
         )));
     }
-    let mut args = Vec::with_capacity(count);
     let mut total: usize = 0;
     for _ in 0..count {
         match buf.get(at) {
@@ -146,10 +158,14 @@ fn parse_multibulk(buf: &[u8], limits: &Limits) -> Result<Option<Parsed>, Protoc
         args.push(start..stop);
         at = stop + 2;
     }
-    Ok(Some(Parsed { args, consumed: at }))
+    Ok(Some(at))
 }
 
-fn parse_inline(buf: &[u8], limits: &Limits) -> Result<Option<Parsed>, ProtocolError> {
+fn parse_inline(
+    buf: &[u8],
+    limits: &Limits,
+    args: &mut Vec<Range<usize>>,
+) -> Result<Option<usize>, ProtocolError> {
     let Some(end) = line_end(buf, 0, limits.max_inline_bytes, "an inline command")? else {
         return Ok(None);
     };
@@ -158,7 +174,6 @@ fn parse_inline(buf: &[u8], limits: &Limits) -> Result<Option<Parsed>, ProtocolE
     } else {
         end
     };
-    let mut args = Vec::new();
     let mut i = 0;
     while i < line_stop {
         while i < line_stop && buf[i].is_ascii_whitespace() {
@@ -178,10 +193,7 @@ fn parse_inline(buf: &[u8], limits: &Limits) -> Result<Option<Parsed>, ProtocolE
             args.push(start..i);
         }
     }
-    Ok(Some(Parsed {
-        args,
-        consumed: end + 1,
-    }))
+    Ok(Some(end + 1))
 }
 
 #[cfg(test)]
