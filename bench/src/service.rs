@@ -908,19 +908,28 @@ pub fn sf_bench(
     parse::sf_bench(&out)
 }
 
-/// Our release binary, built if it is missing.
+/// The `snowflake` binary to measure: `$SNOWFLAKE_BIN` when set (the CI smoke run measures the
+/// debug build it already has, since its numbers are never used), else the release build,
+/// brought up to date with cargo (a stale binary would be measured otherwise).
 pub fn sf_binary(root: &Path) -> Result<PathBuf> {
-    let bin = root.join("target/release/snowflake");
-    if !bin.is_file() {
-        eprintln!("service: building target/release/snowflake");
-        run_cmd(Command::new("cargo").current_dir(root).args([
-            "build",
-            "--release",
-            "-p",
-            "snowflake-cli",
-        ]))?;
+    if let Some(bin) = std::env::var_os("SNOWFLAKE_BIN") {
+        let bin = PathBuf::from(bin);
+        anyhow::ensure!(
+            bin.is_file(),
+            "SNOWFLAKE_BIN={} is not a file",
+            bin.display()
+        );
+        return Ok(bin);
     }
-    Ok(bin)
+    eprintln!("service: cargo build --release -p snowflake-cli");
+    run_cmd(Command::new("cargo").current_dir(root).args([
+        "build",
+        "--release",
+        "--locked",
+        "-p",
+        "snowflake-cli",
+    ]))?;
+    Ok(root.join("target/release/snowflake"))
 }
 
 pub fn run(root: &Path, secs: f64, rounds: usize) -> Result<Run> {
@@ -928,6 +937,12 @@ pub fn run(root: &Path, secs: f64, rounds: usize) -> Result<Run> {
     let pg_bin = ensure_tools()?;
     let bin = sf_binary(root)?;
     let mut run = Run::new("service", secs, rounds);
+    if std::env::var_os("SNOWFLAKE_BIN").is_some() {
+        run.notes.push(format!(
+            "Measured {} (SNOWFLAKE_BIN), not the release build: these numbers say nothing about performance.",
+            bin.display()
+        ));
+    }
     // wrk and pgbench count whole seconds: every tool gets the same whole number of seconds.
     let whole = (secs.round() as u64).max(1);
     if whole as f64 != secs {

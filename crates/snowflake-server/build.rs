@@ -6,6 +6,12 @@
 use std::path::PathBuf;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
+    // The fault campaign's self-test build (scripts/campaign --self-test): a safety check
+    // disabled so that the campaign must find duplicates. Set only by that script.
+    println!("cargo:rerun-if-env-changed=SNOWFLAKE_CAMPAIGN_BUG");
+    if std::env::var_os("SNOWFLAKE_CAMPAIGN_BUG").is_some_and(|v| v == "1") {
+        println!("cargo:rustc-cfg=snowflake_campaign_bug");
+    }
     let manifest_dir = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR")?);
     let proto_root = manifest_dir.join("../../proto").canonicalize()?;
     let etcd = proto_root.join("etcd/rpc.proto");

@@ -16,10 +16,20 @@ mod state;
 /// The most IDs `snowflake next` prints in one run (about 25 s of output at the layout's limit).
 const MAX_NEXT_COUNT: u64 = 100_000_000;
 
+/// `--version`: a campaign self-test build says what it is.
+const VERSION: &str = if snowflake_server::CAMPAIGN_BUG_BUILD {
+    concat!(
+        env!("CARGO_PKG_VERSION"),
+        " (fault-campaign self-test build: it can issue duplicate IDs)"
+    )
+} else {
+    env!("CARGO_PKG_VERSION")
+};
+
 /// Unique, time-ordered 63-bit IDs (Twitter's 2010 Snowflake layout: 41-bit milliseconds since
 /// 2010-11-04T01:42:54.657Z, 5-bit datacenter, 5-bit worker, 12-bit sequence).
 #[derive(Debug, Parser)]
-#[command(name = "snowflake", version, about, max_term_width = 100)]
+#[command(name = "snowflake", version = VERSION, about, max_term_width = 100)]
 struct Cli {
     #[command(flatten)]
     layout: LayoutArgs,
@@ -307,7 +317,13 @@ fn serve(args: &ServeArgs, epoch_ms: Option<&str>) -> ExitCode {
     };
     let result = runtime.block_on(async {
         let shutdown = shutdown_signal()?;
-        tracing::info!(version = env!("CARGO_PKG_VERSION"), ?config, "starting");
+        if snowflake_server::CAMPAIGN_BUG_BUILD {
+            tracing::error!(
+                "this is the fault campaign's self-test build (--cfg snowflake_campaign_bug): it \
+                 can issue duplicate IDs; never run it for real"
+            );
+        }
+        tracing::info!(version = VERSION, ?config, "starting");
         let listeners = Listeners::bind(&config).await?;
         let mut config = config;
         let coordinator = match &config.etcd {

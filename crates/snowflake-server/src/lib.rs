@@ -6,6 +6,10 @@
 
 #![deny(missing_docs)]
 
+/// True only in the fault campaign's self-test build (`scripts/campaign --self-test`), which has
+/// a safety check disabled so that the campaign must find duplicate IDs. Never run it for real.
+pub const CAMPAIGN_BUG_BUILD: bool = cfg!(snowflake_campaign_bug);
+
 pub mod clock_trust;
 pub mod config;
 pub mod fleet;
