@@ -2,6 +2,7 @@
 //! in one run on one machine; writes the report in BENCHMARKS.md.
 
 mod charts;
+mod client;
 mod lib_bench;
 mod model;
 mod parse;

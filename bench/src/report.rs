@@ -210,7 +210,7 @@ fn lib_section(out: &mut String, lib: &Run, charts_link: &str) {
     out.push('\n');
 }
 
-fn service_section(out: &mut String, svc: &Run, charts_link: &str) {
+fn service_section(out: &mut String, svc: &Run, lib: Option<&Run>, charts_link: &str) {
     let _ = writeln!(out, "## Service\n");
     let _ = writeln!(
         out,
@@ -392,6 +392,7 @@ fn service_section(out: &mut String, svc: &Run, charts_link: &str) {
 
     tls_section(out, svc);
     resp_section(out, svc, charts_link);
+    client_section(out, svc, lib);
 
     let _ = writeln!(out, "### Memory (VmRSS)\n");
     let rows: Vec<Vec<String>> = subjects(svc, "memory")
@@ -507,6 +508,57 @@ fn resp_section(out: &mut String, svc: &Run, charts_link: &str) {
     let _ = writeln!(
         out,
         "\n![RESP against redis-server]({charts_link}/service-resp.svg)\n"
+    );
+}
+
+/// The client library: prefetch at a paced 1,000,000 IDs/s, one round trip, the in-process
+/// generator for scale.
+fn client_section(out: &mut String, svc: &Run, lib: Option<&Run>) {
+    use crate::client::{GROUP, PREFETCH_PACED, ROUND_TRIP, THROUGHPUT};
+    if subjects(svc, GROUP).is_empty() {
+        return;
+    }
+    let _ = writeln!(out, "### Client library (`snowflake-client`)\n");
+    let _ = writeln!(
+        out,
+        "One client process against the server above over gRPC on loopback: `next_id()` with prefetch (`max_age` 1 s) called on a fixed schedule of 1,000,000 per second, each call timed (`Instant` before and after, so a figure includes one clock read); then as fast as one task goes; then without prefetch, where each call is one `NextId` round trip.\n"
+    );
+    let ns = |s: &str, p: &str| svc.median(GROUP, s, p).map_or_else(|| "–".into(), num);
+    let mut rows = vec![
+        vec![
+            PREFETCH_PACED.to_owned(),
+            ns(PREFETCH_PACED, "p50"),
+            ns(PREFETCH_PACED, "p99"),
+            ns(PREFETCH_PACED, "p99.9"),
+            ns(PREFETCH_PACED, "max"),
+        ],
+        vec![
+            ROUND_TRIP.to_owned(),
+            ns(ROUND_TRIP, "p50"),
+            ns(ROUND_TRIP, "p99"),
+            String::new(),
+            String::new(),
+        ],
+    ];
+    if let Some(gen_ns) = lib.and_then(|l| l.median("lib-ns", OURS, "threads=1")) {
+        rows.push(vec![
+            "in-process generator (`snowflake-core`), per ID, for scale".into(),
+            num(gen_ns),
+            String::new(),
+            String::new(),
+            String::new(),
+        ]);
+    }
+    out.push_str(&table(&["ns per call", "p50", "p99", "p99.9", "max"], &rows));
+    let achieved = svc.median(GROUP, PREFETCH_PACED, "achieved");
+    let waited = svc.median(GROUP, PREFETCH_PACED, "calls that waited for a refill");
+    let fast = svc.median(GROUP, THROUGHPUT, "IDs/s");
+    let _ = writeln!(
+        out,
+        "\nPaced run: {} IDs/s achieved, {} calls (median of the rounds) found the buffer empty and waited for a refill. One task as fast as it goes: {} IDs/s.\n",
+        achieved.map_or_else(|| "–".into(), num),
+        waited.map_or_else(|| "–".into(), count),
+        fast.map_or_else(|| "–".into(), num),
     );
 }
 
@@ -708,6 +760,17 @@ fn targets_section(out: &mut String, lib: Option<&Run>, svc: Option<&Run>) {
                 verdict(v >= 0.95 * LAYOUT_MAX),
             ]);
         }
+        let paced = crate::client::PREFETCH_PACED;
+        if let Some(p50) = svc.median(crate::client::GROUP, paced, "p50") {
+            let waited = svc
+                .find(crate::client::GROUP, paced, "calls that waited for a refill")
+                .map_or(f64::NAN, |m| m.samples.iter().copied().fold(0.0, f64::max));
+            rows.push(vec![
+                "client next_id() with prefetch: p50 ≤ 100 ns at a paced 1,000,000 IDs/s, no call waiting for a refill".into(),
+                format!("{} ns, {} calls waited (worst round)", num(p50), count(waited)),
+                verdict(p50 <= 100.0 && waited == 0.0),
+            ]);
+        }
         for (param, target) in [("c=50", 1.3), ("c=50 -P 16", 1.0)] {
             let ours = svc.median(RESP_GROUP, RESP_OURS, param);
             let redis = svc.median(RESP_GROUP, RESP_REDIS, param);
@@ -775,7 +838,7 @@ pub fn markdown(
         lib_section(&mut out, lib, charts_link);
     }
     if let Some(svc) = svc {
-        service_section(&mut out, svc, charts_link);
+        service_section(&mut out, svc, lib, charts_link);
     }
     soak_section(&mut out, soak, charts_link, soak_command);
     let notes: Vec<&String> = [lib, svc]

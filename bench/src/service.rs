@@ -1085,6 +1085,8 @@ pub fn run(root: &Path, secs: f64, rounds: usize) -> Result<Run> {
             &["-c", "2", "--batch", "1000000", "--stream"],
         )?;
         tls_and_resp(&mut run, &svc, &bin, secs, &mut sized, &mut tls_errors)?;
+        // The client library: 10 s paced in a full run (4 s measurements).
+        crate::client::round(&mut run, svc.sf().grpc_port, secs, secs * 2.5)?;
         for c in [1u32, 10] {
             redis(&mut run, c)?;
             let w = svc.wrk(c, whole)?;

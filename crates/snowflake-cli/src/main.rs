@@ -113,22 +113,92 @@ struct NextArgs {
         allow_negative_numbers = true
     )]
     count: String,
-    /// Datacenter id, 0..=31.
+    /// Datacenter id, 0..=31 [default: 0].
+    #[arg(long, value_name = "D", allow_negative_numbers = true)]
+    datacenter_id: Option<String>,
+    /// Worker id, 0..=31 [default: 0].
+    #[arg(long, value_name = "W", allow_negative_numbers = true)]
+    worker_id: Option<String>,
+    /// Fetch the IDs from running services instead (their gRPC addresses), through the client
+    /// library: failing over between them, and exiting non-zero within 30 s, printing no ID,
+    /// when none can serve.
     #[arg(
         long,
-        value_name = "D",
-        allow_negative_numbers = true,
-        default_value = "0"
+        value_name = "HOST:PORT[,HOST:PORT...]",
+        value_delimiter = ',',
+        conflicts_with_all = ["datacenter_id", "worker_id"]
     )]
-    datacenter_id: String,
-    /// Worker id, 0..=31.
+    endpoints: Option<Vec<String>>,
+    /// With --endpoints: how long to keep trying when no endpoint can serve, 1..=300 seconds.
     #[arg(
         long,
-        value_name = "W",
-        allow_negative_numbers = true,
-        default_value = "0"
+        value_name = "SECS",
+        default_value = "25",
+        requires = "endpoints"
     )]
-    worker_id: String,
+    timeout_secs: String,
+    /// With --endpoints: the CA that signed the services' certificates (gRPC over TLS).
+    #[arg(long, value_name = "FILE", requires = "endpoints")]
+    tls_ca: Option<std::path::PathBuf>,
+    /// With --tls-ca: a client certificate, for services that require mutual TLS.
+    #[arg(long, value_name = "FILE", requires_all = ["tls_ca", "tls_client_key"])]
+    tls_client_cert: Option<std::path::PathBuf>,
+    /// The client certificate's private key.
+    #[arg(long, value_name = "FILE", requires = "tls_client_cert")]
+    tls_client_key: Option<std::path::PathBuf>,
+}
+
+/// `next --endpoints`: `count` IDs from running services, printed as each part arrives (parts
+/// of up to 1,000,000; nothing is printed before the first arrived).
+fn next_from_services(
+    args: &NextArgs,
+    endpoints: &[String],
+    count: u64,
+    out: &mut impl Write,
+) -> anyhow::Result<()> {
+    let tls = match &args.tls_ca {
+        None => None,
+        Some(ca) => {
+            let identity = args
+                .tls_client_cert
+                .as_deref()
+                .zip(args.tls_client_key.as_deref());
+            Some(snowflake_client::Tls::from_files(ca, identity)?)
+        }
+    };
+    let timeout_secs = args
+        .timeout_secs
+        .parse::<u64>()
+        .ok()
+        .filter(|n| (1..=300).contains(n))
+        .ok_or_else(|| {
+            anyhow::anyhow!(
+                "invalid --timeout-secs: expected a whole number of seconds in 1..=300, found {:?}",
+                args.timeout_secs
+            )
+        })?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async {
+        let mut builder = snowflake_client::ClientBuilder::new(endpoints.iter().cloned())
+            // By default within the 30 s the command promises, connection set-up included.
+            .give_up_after(std::time::Duration::from_secs(timeout_secs));
+        if let Some(tls) = tls {
+            builder = builder.tls(tls);
+        }
+        let client = builder.build()?;
+        let mut left = count;
+        while left > 0 {
+            let part = left.min(snowflake_client::MAX_IDS_PER_REQUEST);
+            for id in client.next_ids(part).await? {
+                writeln!(out, "{id}")?;
+            }
+            left -= part;
+        }
+        client.close();
+        Ok(())
+    })
 }
 
 fn main() -> ExitCode {
@@ -234,10 +304,17 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Next(args) => {
             let count = snowflake_core::parse_count(&args.count, MAX_NEXT_COUNT)?;
+            if let Some(endpoints) = &args.endpoints {
+                next_from_services(&args, endpoints, count, &mut out)?;
+                out.flush()?;
+                return Ok(());
+            }
+            let datacenter_id = args.datacenter_id.as_deref().unwrap_or("0");
+            let worker_id = args.worker_id.as_deref().unwrap_or("0");
             let generator = Generator::builder()
                 .layout(layout)
-                .datacenter_id(layout.parse(Field::DatacenterId, &args.datacenter_id)?)
-                .worker_id(layout.parse(Field::WorkerId, &args.worker_id)?)
+                .datacenter_id(layout.parse(Field::DatacenterId, datacenter_id)?)
+                .worker_id(layout.parse(Field::WorkerId, worker_id)?)
                 .build()?;
             let mut left = count;
             while left > 0 {

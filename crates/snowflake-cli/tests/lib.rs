@@ -5,6 +5,7 @@
 mod audit;
 mod certs;
 mod cli;
+mod client;
 mod clock_steps;
 mod etcd_cluster;
 mod etcd_mark;

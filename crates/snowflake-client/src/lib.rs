@@ -1,0 +1,829 @@
+//! A client for the Snowflake ID service: IDs over gRPC from a list of nodes, with per-call
+//! deadlines, health-aware failover and bounded retries, and an optional prefetch buffer that
+//! makes IDs local.
+//!
+//! ```no_run
+//! use snowflake_client::{ClientBuilder, Prefetch};
+//! use std::time::Duration;
+//!
+//! # async fn example() -> Result<(), snowflake_client::Error> {
+//! let client = ClientBuilder::new(["10.0.0.1:50051", "10.0.0.2:50051"])
+//!     .call_timeout(Duration::from_millis(500))
+//!     .prefetch(Prefetch::new().max_age(Duration::from_secs(1)))
+//!     .build()?;
+//! let id = client.next_id().await?;
+//! let ids = client.next_ids(100).await?;
+//! println!("{id} {} {:?}", ids.len(), client.stats());
+//! client.close();
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Guarantees
+//! - **Never a duplicate from the client**: every ID a node answered is handed out at most once
+//!   (a call that times out may lose the IDs the node issued for it: a gap, never a repeat).
+//! - **Never an endless hang**: each attempt has a deadline (`call_timeout`, also sent to the
+//!   node as the gRPC deadline), and a call that no node can serve fails after `give_up_after`
+//!   (30 s by default) with the reason from each node.
+//! - **Failover**: a node that answers `UNAVAILABLE` (not ready, fenced, clock trouble), does not
+//!   answer in time, or cannot be reached is skipped, with exponential backoff, and for at
+//!   least as long as it asked in its `retry-after`; the call goes on with the next node.
+//! - **Ordering**: IDs from one node are time-ordered. IDs from different nodes are not ordered
+//!   with each other, so across a failover (or with several nodes in the list, which the client
+//!   takes turns on) a later call can return a smaller ID. With prefetch, IDs are ordered by the
+//!   time they were fetched, not by the time they are used (see [`Prefetch`]).
+//!
+//! The client is cheap to clone (one shared state) and safe to use from many tasks at once. It
+//! needs a tokio runtime: build it inside one.
+
+#![deny(missing_docs)]
+
+mod endpoint;
+mod prefetch;
+mod tls;
+
+pub use prefetch::Prefetch;
+pub use snowflake_core::SnowflakeId;
+pub use tls::Tls;
+
+use endpoint::{Backoff, Node};
+use snowflake_proto::v1::snowflake_client::SnowflakeClient;
+use snowflake_proto::v1::{NextIdRequest, NextIdsRequest};
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+use tokio::sync::Notify;
+use tonic::transport::Channel;
+
+/// The most IDs one [`Client::next_ids`] call returns.
+pub const MAX_IDS_PER_REQUEST: u64 = 1_000_000;
+
+/// Why a call failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A setting is wrong (an endpoint, a TLS file, no runtime).
+    #[error("{0}")]
+    Config(String),
+    /// A count out of range.
+    #[error("invalid count {count}: expected 1..={max}")]
+    InvalidCount {
+        /// The count asked for.
+        count: u64,
+        /// The largest allowed.
+        max: u64,
+    },
+    /// The service refused the request itself (`INVALID_ARGUMENT`): no node would serve it.
+    #[error("the service refused the request: {0}")]
+    Rejected(String),
+    /// No node could serve within `give_up_after`; the last failure of each node.
+    #[error("no endpoint could serve within {waited_ms} ms: {details}")]
+    Unavailable {
+        /// How long the call tried.
+        waited_ms: u64,
+        /// Each node's last failure.
+        details: String,
+    },
+    /// [`Client::close`] was called.
+    #[error("the client is closed")]
+    Closed,
+}
+
+/// Counters since the client was built ([`Client::stats`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Stats {
+    /// IDs handed out from the prefetch buffer.
+    pub served_from_buffer: u64,
+    /// IDs handed out straight from a call (no prefetch, a miss, or `next_ids`).
+    pub served_direct: u64,
+    /// Successful calls to a node.
+    pub fetches: u64,
+    /// IDs received from nodes.
+    pub fetched_ids: u64,
+    /// Attempts that failed and moved on to another node (or waited for one).
+    pub failovers: u64,
+    /// Prefetched IDs dropped because they were older than `max_age` (or buffered at close).
+    pub discarded: u64,
+    /// `next_id` calls that found the prefetch buffer empty and waited for a fetch.
+    pub buffer_misses: u64,
+    /// IDs in the prefetch buffer now.
+    pub buffered: u64,
+}
+
+/// What the client saw, for an application's own metrics or logs
+/// ([`ClientBuilder::on_event`]). Called on the task that saw it: keep it quick.
+#[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
+pub enum Event<'a> {
+    /// A node answered `ids` IDs in `elapsed`.
+    Fetched {
+        /// The node, as given to the builder.
+        endpoint: &'a str,
+        /// How many IDs.
+        ids: u64,
+        /// The call's duration.
+        elapsed: Duration,
+    },
+    /// A node failed; it is skipped for `retry_in`.
+    Failover {
+        /// The node.
+        endpoint: &'a str,
+        /// Why.
+        error: &'a str,
+        /// How long it is skipped.
+        retry_in: Duration,
+    },
+    /// A node that had failed answered again.
+    EndpointBack {
+        /// The node.
+        endpoint: &'a str,
+    },
+    /// Prefetched IDs were dropped as stale (or at close).
+    Discarded {
+        /// How many.
+        ids: u64,
+    },
+}
+
+type Observer = Arc<dyn Fn(&Event<'_>) + Send + Sync>;
+
+/// Builds a [`Client`].
+#[derive(Clone)]
+pub struct ClientBuilder {
+    endpoints: Vec<String>,
+    tls: Option<Tls>,
+    call_timeout: Duration,
+    connect_timeout: Duration,
+    give_up_after: Duration,
+    backoff: Backoff,
+    max_ids_per_call: u32,
+    prefetch: Option<Prefetch>,
+    observer: Option<Observer>,
+}
+
+impl std::fmt::Debug for ClientBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientBuilder")
+            .field("endpoints", &self.endpoints)
+            .field("tls", &self.tls)
+            .field("call_timeout", &self.call_timeout)
+            .field("give_up_after", &self.give_up_after)
+            .field("prefetch", &self.prefetch)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ClientBuilder {
+    /// The nodes' gRPC addresses, `HOST:PORT` (or `http://`/`https://` URLs).
+    pub fn new<I, S>(endpoints: I) -> ClientBuilder
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        ClientBuilder {
+            endpoints: endpoints.into_iter().map(Into::into).collect(),
+            tls: None,
+            call_timeout: Duration::from_secs(2),
+            connect_timeout: Duration::from_secs(1),
+            give_up_after: Duration::from_secs(30),
+            backoff: Backoff {
+                initial: Duration::from_millis(50),
+                max: Duration::from_secs(5),
+            },
+            max_ids_per_call: 4096,
+            prefetch: None,
+            observer: None,
+        }
+    }
+
+    /// TLS (and mutual TLS) to every node.
+    pub fn tls(mut self, tls: Tls) -> ClientBuilder {
+        self.tls = Some(tls);
+        self
+    }
+
+    /// The deadline of one attempt at one node (default 2 s), sent as the gRPC deadline too.
+    pub fn call_timeout(mut self, timeout: Duration) -> ClientBuilder {
+        self.call_timeout = timeout.max(Duration::from_millis(1));
+        self
+    }
+
+    /// How long connecting to a node may take (default 1 s).
+    pub fn connect_timeout(mut self, timeout: Duration) -> ClientBuilder {
+        self.connect_timeout = timeout.max(Duration::from_millis(1));
+        self
+    }
+
+    /// How long a call keeps trying the nodes before it fails (default 30 s).
+    pub fn give_up_after(mut self, limit: Duration) -> ClientBuilder {
+        self.give_up_after = limit;
+        self
+    }
+
+    /// The pause before a failed node is asked again: doubling from `initial` up to `max`
+    /// (defaults 50 ms and 5 s), or longer when the node says `retry-after`.
+    pub fn backoff(mut self, initial: Duration, max: Duration) -> ClientBuilder {
+        let initial = initial.max(Duration::from_millis(1));
+        self.backoff = Backoff {
+            initial,
+            max: max.max(initial),
+        };
+        self
+    }
+
+    /// The most IDs asked of a node in one call (1..=100,000, default 4096: one millisecond's
+    /// worth; the node's `--max-batch` must allow it).
+    pub fn max_ids_per_call(mut self, ids: u32) -> ClientBuilder {
+        self.max_ids_per_call = ids.clamp(1, 100_000);
+        self
+    }
+
+    /// Keeps a buffer of IDs fetched ahead (see [`Prefetch`]).
+    pub fn prefetch(mut self, prefetch: Prefetch) -> ClientBuilder {
+        self.prefetch = Some(prefetch);
+        self
+    }
+
+    /// Calls `observer` for every [`Event`].
+    pub fn on_event(mut self, observer: impl Fn(&Event<'_>) + Send + Sync + 'static) -> Self {
+        self.observer = Some(Arc::new(observer));
+        self
+    }
+
+    /// The client; connections are made on first use. Must be called inside a tokio runtime.
+    pub fn build(self) -> Result<Client, Error> {
+        if tokio::runtime::Handle::try_current().is_err() {
+            return Err(Error::Config(
+                "the client must be built inside a tokio runtime".into(),
+            ));
+        }
+        if self.endpoints.is_empty() {
+            return Err(Error::Config(
+                "no endpoint: give at least one HOST:PORT".into(),
+            ));
+        }
+        let nodes = self
+            .endpoints
+            .iter()
+            .map(|e| Node::new(e.trim(), self.tls.as_ref(), self.connect_timeout))
+            .collect::<Result<Vec<_>, _>>()?;
+        let wake = Arc::new(Notify::new());
+        let inner = Arc::new(Inner {
+            nodes,
+            turn: AtomicUsize::new(0),
+            call_timeout: self.call_timeout,
+            give_up_after: self.give_up_after,
+            backoff: self.backoff,
+            max_ids_per_call: self.max_ids_per_call,
+            buffer: self.prefetch.map(prefetch::Buffer::new),
+            wake: Arc::clone(&wake),
+            closed: AtomicBool::new(false),
+            counters: Counters::default(),
+            observer: self.observer,
+            filling: tokio::sync::Mutex::new(()),
+        });
+        if inner.buffer.is_some() {
+            tokio::spawn(refill(Arc::downgrade(&inner), wake));
+        }
+        Ok(Client { inner })
+    }
+}
+
+/// IDs from the service (see the [crate] docs). Clones share one state.
+#[derive(Clone)]
+pub struct Client {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let endpoints: Vec<&str> = self.inner.nodes.iter().map(|n| n.name.as_str()).collect();
+        f.debug_struct("Client")
+            .field("endpoints", &endpoints)
+            .field("prefetch", &self.inner.buffer.as_ref().map(|b| b.settings))
+            .finish_non_exhaustive()
+    }
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    served_from_buffer: AtomicU64,
+    served_direct: AtomicU64,
+    fetches: AtomicU64,
+    fetched_ids: AtomicU64,
+    failovers: AtomicU64,
+    discarded: AtomicU64,
+    buffer_misses: AtomicU64,
+}
+
+struct Inner {
+    nodes: Vec<Node>,
+    /// Whose turn it is (round robin over the usable nodes).
+    turn: AtomicUsize,
+    call_timeout: Duration,
+    give_up_after: Duration,
+    backoff: Backoff,
+    max_ids_per_call: u32,
+    buffer: Option<prefetch::Buffer>,
+    /// Wakes the refiller.
+    wake: Arc<Notify>,
+    closed: AtomicBool,
+    counters: Counters,
+    observer: Option<Observer>,
+    /// One prefetch fetch at a time: the refiller's, or a taker's that found the buffer empty.
+    filling: tokio::sync::Mutex<()>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        // The refiller holds only a weak reference: let it see that the client is gone.
+        self.wake.notify_one();
+    }
+}
+
+impl Client {
+    /// One ID: from the prefetch buffer when there is one (a memory read unless it ran dry),
+    /// else from a node's `NextId`.
+    pub async fn next_id(&self) -> Result<SnowflakeId, Error> {
+        let inner = &*self.inner;
+        let Some(buffer) = &inner.buffer else {
+            self.check_open()?;
+            let (id, _) = inner
+                .call(|mut c, t| async move {
+                    let mut request = tonic::Request::new(NextIdRequest {});
+                    request.set_timeout(t);
+                    Ok(vec![c.next_id(request).await?.into_inner().id])
+                })
+                .await?;
+            inner.counters.served_direct.fetch_add(1, Ordering::Relaxed);
+            return Ok(id[0]);
+        };
+        if let Some(id) = inner.take(buffer) {
+            return Ok(id);
+        }
+        self.check_open()?;
+        inner.counters.buffer_misses.fetch_add(1, Ordering::Relaxed);
+        // Empty: wait for the fetch in flight, or make one.
+        let _one = inner.filling.lock().await;
+        if let Some(id) = inner.take(buffer) {
+            return Ok(id);
+        }
+        self.check_open()?;
+        let count = buffer.wanted(inner.max_ids_per_call).max(1);
+        let born = Instant::now();
+        let ids = inner.fetch(count).await?;
+        let (first, rest) = ids.split_first().ok_or(Error::Closed)?;
+        buffer.push(rest.iter().map(|id| id.as_u64()).collect(), born);
+        inner.counters.served_direct.fetch_add(1, Ordering::Relaxed);
+        Ok(*first)
+    }
+
+    /// An ID from the prefetch buffer if one is there now, without waiting; `None` without
+    /// prefetch, when the buffer is empty, or after [`Client::close`].
+    pub fn try_next_id(&self) -> Option<SnowflakeId> {
+        let inner = &*self.inner;
+        inner.take(inner.buffer.as_ref()?)
+    }
+
+    /// `count` IDs (1..=[`MAX_IDS_PER_REQUEST`]), asked of the nodes `max_ids_per_call` at a
+    /// time (each part from one node, failing over like [`Client::next_id`]). Parts from
+    /// different nodes are not ordered with each other.
+    pub async fn next_ids(&self, count: u64) -> Result<Vec<SnowflakeId>, Error> {
+        if !(1..=MAX_IDS_PER_REQUEST).contains(&count) {
+            return Err(Error::InvalidCount {
+                count,
+                max: MAX_IDS_PER_REQUEST,
+            });
+        }
+        self.check_open()?;
+        let inner = &*self.inner;
+        let mut out = Vec::with_capacity(count as usize);
+        while (out.len() as u64) < count {
+            let left = count - out.len() as u64;
+            let part = u32::try_from(left)
+                .unwrap_or(u32::MAX)
+                .min(inner.max_ids_per_call);
+            out.extend(inner.fetch(part).await?);
+        }
+        inner
+            .counters
+            .served_direct
+            .fetch_add(count, Ordering::Relaxed);
+        Ok(out)
+    }
+
+    /// The counters so far.
+    pub fn stats(&self) -> Stats {
+        let c = &self.inner.counters;
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        Stats {
+            served_from_buffer: get(&c.served_from_buffer),
+            served_direct: get(&c.served_direct),
+            fetches: get(&c.fetches),
+            fetched_ids: get(&c.fetched_ids),
+            failovers: get(&c.failovers),
+            discarded: get(&c.discarded),
+            buffer_misses: get(&c.buffer_misses),
+            buffered: self.inner.buffer.as_ref().map_or(0, prefetch::Buffer::len),
+        }
+    }
+
+    /// Stops the client (every clone): the refiller ends, the buffered IDs are dropped (never
+    /// handed out, so nothing is handed out twice), and later calls fail with
+    /// [`Error::Closed`].
+    pub fn close(&self) {
+        let inner = &*self.inner;
+        inner.closed.store(true, Ordering::Release);
+        inner.wake.notify_one();
+        if let Some(buffer) = &inner.buffer {
+            let dropped = buffer.clear();
+            if dropped > 0 {
+                inner.discarded(dropped);
+            }
+        }
+    }
+
+    fn check_open(&self) -> Result<(), Error> {
+        if self.inner.closed.load(Ordering::Acquire) {
+            Err(Error::Closed)
+        } else {
+            Ok(())
+        }
+    }
+}
+
+impl Inner {
+    fn event(&self, event: &Event<'_>) {
+        if let Some(observer) = &self.observer {
+            observer(event);
+        }
+    }
+
+    fn discarded(&self, ids: u64) {
+        self.counters.discarded.fetch_add(ids, Ordering::Relaxed);
+        self.event(&Event::Discarded { ids });
+    }
+
+    /// An ID from the buffer, if it has a fresh one (asking for a refill when it runs low).
+    fn take(&self, buffer: &prefetch::Buffer) -> Option<SnowflakeId> {
+        if self.closed.load(Ordering::Acquire) {
+            return None;
+        }
+        let (popped, wake) = buffer.pop(Instant::now());
+        if popped.discarded > 0 {
+            self.discarded(popped.discarded);
+        }
+        if wake {
+            self.wake.notify_one();
+        }
+        let id = popped.id?;
+        self.counters
+            .served_from_buffer
+            .fetch_add(1, Ordering::Relaxed);
+        SnowflakeId::new(id)
+    }
+
+    /// `count` IDs (at most `max_ids_per_call`) from one node, with failover.
+    async fn fetch(&self, count: u32) -> Result<Vec<SnowflakeId>, Error> {
+        let (ids, _) = self
+            .call(move |mut c, t| async move {
+                let mut request = tonic::Request::new(NextIdsRequest { count });
+                request.set_timeout(t);
+                let ids = c.next_ids(request).await?.into_inner().ids;
+                if ids.len() != count as usize {
+                    return Err(tonic::Status::internal(format!(
+                        "asked for {count} IDs, got {}",
+                        ids.len()
+                    )));
+                }
+                Ok(ids)
+            })
+            .await?;
+        Ok(ids)
+    }
+
+    /// The next usable node in turn, or when the first skipped one may be asked again.
+    fn pick(&self, now: Instant) -> Result<usize, Instant> {
+        let n = self.nodes.len();
+        let start = self.turn.fetch_add(1, Ordering::Relaxed) % n;
+        let mut earliest: Option<Instant> = None;
+        for k in 0..n {
+            let i = (start + k) % n;
+            match self.nodes[i].down_until(now) {
+                None => return Ok(i),
+                Some(t) => earliest = Some(earliest.map_or(t, |e| e.min(t))),
+            }
+        }
+        Err(earliest.unwrap_or(now))
+    }
+
+    /// Runs `attempt` (given a client of one node and the attempt's deadline) on the nodes in
+    /// turn until one answers with valid IDs, the service refuses the request itself, or
+    /// `give_up_after` has passed. The IDs, and which node gave them.
+    async fn call<F, Fut>(&self, attempt: F) -> Result<(Vec<SnowflakeId>, usize), Error>
+    where
+        F: Fn(SnowflakeClient<Channel>, Duration) -> Fut,
+        Fut: Future<Output = Result<Vec<i64>, tonic::Status>>,
+    {
+        let started = Instant::now();
+        let give_up = started + self.give_up_after;
+        loop {
+            if self.closed.load(Ordering::Acquire) {
+                return Err(Error::Closed);
+            }
+            let now = Instant::now();
+            let i = match self.pick(now) {
+                Ok(i) => i,
+                Err(until) => {
+                    if until >= give_up {
+                        return Err(self.unavailable(started));
+                    }
+                    tokio::time::sleep_until(until.into()).await;
+                    continue;
+                }
+            };
+            let remaining = give_up.saturating_duration_since(now);
+            if remaining.is_zero() {
+                return Err(self.unavailable(started));
+            }
+            let node = &self.nodes[i];
+            let deadline = self.call_timeout.min(remaining);
+            let sent = Instant::now();
+            let client = SnowflakeClient::new(node.channel.clone());
+            let (error, retry_after) =
+                match tokio::time::timeout(deadline, attempt(client, deadline)).await {
+                    Ok(Ok(raw)) => match checked(&raw) {
+                        Ok(ids) => {
+                            if node.succeeded() {
+                                self.event(&Event::EndpointBack {
+                                    endpoint: &node.name,
+                                });
+                            }
+                            let n = ids.len() as u64;
+                            self.counters.fetches.fetch_add(1, Ordering::Relaxed);
+                            self.counters.fetched_ids.fetch_add(n, Ordering::Relaxed);
+                            self.event(&Event::Fetched {
+                                endpoint: &node.name,
+                                ids: n,
+                                elapsed: sent.elapsed(),
+                            });
+                            return Ok((ids, i));
+                        }
+                        Err(bad) => (bad, None),
+                    },
+                    Ok(Err(status)) if status.code() == tonic::Code::InvalidArgument => {
+                        return Err(Error::Rejected(status.message().to_owned()));
+                    }
+                    // The deadline, as tonic reports it (it enforces the gRPC deadline too).
+                    Ok(Err(status))
+                        if matches!(
+                            status.code(),
+                            tonic::Code::Cancelled | tonic::Code::DeadlineExceeded
+                        ) && sent.elapsed() + Duration::from_millis(1) >= deadline =>
+                    {
+                        (no_answer(deadline), None)
+                    }
+                    Ok(Err(status)) => (describe(&status), retry_after(&status)),
+                    Err(_) => (no_answer(deadline), None),
+                };
+            let retry_in = node.failed(&self.backoff, retry_after, error.clone());
+            self.counters.failovers.fetch_add(1, Ordering::Relaxed);
+            self.event(&Event::Failover {
+                endpoint: &node.name,
+                error: &error,
+                retry_in,
+            });
+        }
+    }
+
+    fn unavailable(&self, started: Instant) -> Error {
+        let details = self
+            .nodes
+            .iter()
+            .map(|n| {
+                format!(
+                    "{}: {}",
+                    n.name,
+                    n.last_error().unwrap_or_else(|| "not tried".into())
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("; ");
+        Error::Unavailable {
+            waited_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+            details,
+        }
+    }
+}
+
+/// IDs as a node sent them, checked: a node that sends a non-positive ID is treated as failing.
+fn checked(raw: &[i64]) -> Result<Vec<SnowflakeId>, String> {
+    raw.iter()
+        .map(|&id| {
+            SnowflakeId::try_from(id).map_err(|e| format!("answered an invalid ID {id}: {e}"))
+        })
+        .collect()
+}
+
+fn no_answer(deadline: Duration) -> String {
+    format!("no answer within {} ms", deadline.as_millis())
+}
+
+/// A failed call's status as one line.
+fn describe(status: &tonic::Status) -> String {
+    let mut line = format!("{:?}", status.code());
+    if !status.message().is_empty() {
+        line.push_str(": ");
+        line.push_str(status.message());
+    }
+    // A transport failure's causes ("tcp connect error" says little; "Connection refused"
+    // says what to do).
+    let mut source = std::error::Error::source(status);
+    let mut depth = 0;
+    while let Some(cause) = source {
+        let text = cause.to_string();
+        if !line.contains(&text) {
+            line.push_str(": ");
+            line.push_str(&text);
+        }
+        source = cause.source();
+        depth += 1;
+        if depth == 8 {
+            break;
+        }
+    }
+    line
+}
+
+/// The node's `retry-after` (whole seconds), if it sent one.
+fn retry_after(status: &tonic::Status) -> Option<Duration> {
+    let value = status.metadata().get("retry-after")?.to_str().ok()?;
+    value
+        .trim()
+        .parse::<u64>()
+        .ok()
+        .map(|s| Duration::from_secs(s.min(3600)))
+}
+
+/// The background refill: woken when the buffer falls below its low-water mark (and on a
+/// tick, to follow the rate and drop stale IDs), it resizes the buffer from the observed rate
+/// and fetches up to the target. It ends when the client is closed or dropped.
+async fn refill(client: Weak<Inner>, wake: Arc<Notify>) {
+    let mut last_taken = 0u64;
+    let mut last_at = Instant::now();
+    let mut rate = 0.0f64;
+    let mut fetch_time = Duration::from_millis(1);
+    let mut first = true;
+    loop {
+        let tick = match client.upgrade() {
+            Some(inner) => {
+                let max_age = inner
+                    .buffer
+                    .as_ref()
+                    .map_or(Duration::from_secs(1), |b| b.settings.max_age);
+                (max_age / 4).clamp(Duration::from_millis(5), Duration::from_millis(250))
+            }
+            None => return,
+        };
+        // The first round fills the buffer at once, so that the first IDs are local too.
+        let woken = first
+            || tokio::select! {
+                () = wake.notified() => true,
+                () = tokio::time::sleep(tick) => false,
+            };
+        first = false;
+        let Some(inner) = client.upgrade() else {
+            return;
+        };
+        if inner.closed.load(Ordering::Acquire) {
+            return;
+        }
+        let Some(buffer) = &inner.buffer else {
+            return;
+        };
+        buffer.refill_started();
+        let now = Instant::now();
+        let stale = buffer.evict_stale(now);
+        if stale > 0 {
+            inner.discarded(stale);
+        }
+        // The rate IDs are taken at, smoothed over the rounds.
+        let taken = buffer.taken.load(Ordering::Relaxed);
+        let elapsed = now.saturating_duration_since(last_at).as_secs_f64();
+        if elapsed > 0.0 {
+            let recent = (taken - last_taken) as f64 / elapsed;
+            rate = if rate == 0.0 {
+                recent
+            } else {
+                0.5 * rate + 0.5 * recent
+            };
+        }
+        let idle = !woken && taken == last_taken;
+        last_taken = taken;
+        last_at = now;
+        if idle {
+            // Nobody took an ID since the last round: keep what is fresh, fetch nothing (an
+            // idle client would otherwise fetch IDs only to discard them).
+            continue;
+        }
+        buffer.resize(rate, fetch_time, inner.max_ids_per_call);
+        loop {
+            let count = buffer.wanted(inner.max_ids_per_call);
+            if count == 0 || inner.closed.load(Ordering::Acquire) {
+                break;
+            }
+            let _one = inner.filling.lock().await;
+            let born = Instant::now();
+            match inner.fetch(count).await {
+                Ok(ids) => {
+                    let took = born.elapsed();
+                    fetch_time = (fetch_time + took) / 2;
+                    buffer.push(ids.iter().map(|id| id.as_u64()).collect(), born);
+                }
+                // Every node failed for `give_up_after`: the takers see the same when they
+                // find the buffer empty; try again on the next round.
+                Err(_) => break,
+            }
+        }
+        if inner.closed.load(Ordering::Acquire) {
+            let dropped = buffer.clear();
+            if dropped > 0 {
+                inner.discarded(dropped);
+            }
+            return;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_after_and_status_lines() {
+        let mut status = tonic::Status::unavailable("not ready: waiting for the mark");
+        assert_eq!(
+            describe(&status),
+            "Unavailable: not ready: waiting for the mark"
+        );
+        assert_eq!(retry_after(&status), None);
+        status
+            .metadata_mut()
+            .insert("retry-after", "2".parse().unwrap());
+        assert_eq!(retry_after(&status), Some(Duration::from_secs(2)));
+        assert_eq!(describe(&tonic::Status::cancelled("")), "Cancelled");
+        assert!(checked(&[1, 2]).is_ok());
+        assert!(checked(&[5, -1]).unwrap_err().contains("invalid ID -1"));
+    }
+
+    #[tokio::test]
+    async fn a_client_with_no_reachable_node_fails_in_time_with_each_reason() {
+        // Port 1 on loopback: refused at once.
+        let client = ClientBuilder::new(["127.0.0.1:1", "127.0.0.1:2"])
+            .give_up_after(Duration::from_millis(400))
+            .backoff(Duration::from_millis(20), Duration::from_millis(100))
+            .build()
+            .unwrap();
+        let started = Instant::now();
+        let err = client.next_id().await.unwrap_err();
+        assert!(started.elapsed() < Duration::from_secs(3));
+        let text = err.to_string();
+        assert!(text.starts_with("no endpoint could serve within"), "{text}");
+        assert!(
+            text.contains("127.0.0.1:1: ") && text.contains("127.0.0.1:2: "),
+            "{text}"
+        );
+        assert!(client.stats().failovers >= 2);
+    }
+
+    #[tokio::test]
+    async fn bad_settings_and_counts_are_refused() {
+        let err = ClientBuilder::new(Vec::<String>::new())
+            .build()
+            .unwrap_err();
+        assert!(err.to_string().contains("no endpoint"), "{err}");
+        let err = ClientBuilder::new(["nope"]).build().unwrap_err();
+        assert!(
+            err.to_string().contains("invalid endpoint \"nope\""),
+            "{err}"
+        );
+        let client = ClientBuilder::new(["127.0.0.1:1"]).build().unwrap();
+        assert_eq!(
+            client.next_ids(0).await.unwrap_err(),
+            Error::InvalidCount {
+                count: 0,
+                max: MAX_IDS_PER_REQUEST
+            }
+        );
+        client.close();
+        assert_eq!(client.next_id().await.unwrap_err(), Error::Closed);
+    }
+
+    #[test]
+    fn building_outside_a_runtime_is_an_error_not_a_panic() {
+        let err = ClientBuilder::new(["127.0.0.1:1"]).build().unwrap_err();
+        assert!(err.to_string().contains("tokio runtime"), "{err}");
+    }
+}
