@@ -22,51 +22,76 @@ pub fn round(run: &mut Run, grpc_port: u16, secs: f64, paced_secs: f64) -> Resul
         .worker_threads(2)
         .enable_all()
         .build()?;
-    runtime.block_on(async {
-        let endpoint = format!("127.0.0.1:{grpc_port}");
-        let prefetched = ClientBuilder::new([endpoint.clone()])
-            .prefetch(Prefetch::new().max_age(Duration::from_secs(1)))
-            .build()?;
-        // Warm: the first fill done and the rate seen, so that the run measures the steady state.
-        let warm_until = Instant::now() + Duration::from_millis(300);
-        while Instant::now() < warm_until {
-            prefetched.next_id().await?;
-        }
-        let (latency, achieved, misses) = paced(&prefetched, PACED_RATE, paced_secs).await?;
-        for (p, q) in [("p50", 0.5), ("p99", 0.99), ("p99.9", 0.999)] {
-            run.record(GROUP, PREFETCH_PACED, p, "ns", latency.value_at_quantile(q) as f64);
-        }
-        run.record(GROUP, PREFETCH_PACED, "max", "ns", latency.max() as f64);
-        run.record(GROUP, PREFETCH_PACED, "achieved", "IDs/s", achieved);
-        run.record(GROUP, PREFETCH_PACED, "calls that waited for a refill", "calls", misses as f64);
-
-        let started = Instant::now();
-        let mut n = 0u64;
-        while started.elapsed().as_secs_f64() < secs {
-            for _ in 0..1000 {
+    runtime
+        .block_on(async {
+            let endpoint = format!("127.0.0.1:{grpc_port}");
+            let prefetched = ClientBuilder::new([endpoint.clone()])
+                .prefetch(Prefetch::new().max_age(Duration::from_secs(1)))
+                .build()?;
+            // Warm: the first fill done and the rate seen, so that the run measures the steady state.
+            let warm_until = Instant::now() + Duration::from_millis(300);
+            while Instant::now() < warm_until {
                 prefetched.next_id().await?;
             }
-            n += 1000;
-        }
-        run.record(GROUP, THROUGHPUT, "IDs/s", "IDs/s", n as f64 / started.elapsed().as_secs_f64());
-        prefetched.close();
+            let (latency, achieved, misses) = paced(&prefetched, PACED_RATE, paced_secs).await?;
+            for (p, q) in [("p50", 0.5), ("p99", 0.99), ("p99.9", 0.999)] {
+                run.record(
+                    GROUP,
+                    PREFETCH_PACED,
+                    p,
+                    "ns",
+                    latency.value_at_quantile(q) as f64,
+                );
+            }
+            run.record(GROUP, PREFETCH_PACED, "max", "ns", latency.max() as f64);
+            run.record(GROUP, PREFETCH_PACED, "achieved", "IDs/s", achieved);
+            run.record(
+                GROUP,
+                PREFETCH_PACED,
+                "calls that waited for a refill",
+                "calls",
+                misses as f64,
+            );
 
-        let direct = ClientBuilder::new([endpoint]).build()?;
-        direct.next_id().await?;
-        let mut trips = Histogram::<u64>::new(3)?;
-        let started = Instant::now();
-        while started.elapsed().as_secs_f64() < secs {
-            let t = Instant::now();
+            let started = Instant::now();
+            let mut n = 0u64;
+            while started.elapsed().as_secs_f64() < secs {
+                for _ in 0..1000 {
+                    prefetched.next_id().await?;
+                }
+                n += 1000;
+            }
+            run.record(
+                GROUP,
+                THROUGHPUT,
+                "IDs/s",
+                "IDs/s",
+                n as f64 / started.elapsed().as_secs_f64(),
+            );
+            prefetched.close();
+
+            let direct = ClientBuilder::new([endpoint]).build()?;
             direct.next_id().await?;
-            trips.saturating_record(t.elapsed().as_nanos() as u64);
-        }
-        for (p, q) in [("p50", 0.5), ("p99", 0.99)] {
-            run.record(GROUP, ROUND_TRIP, p, "ns", trips.value_at_quantile(q) as f64);
-        }
-        direct.close();
-        anyhow::Ok(())
-    })
-    .context("client library benchmark")
+            let mut trips = Histogram::<u64>::new(3)?;
+            let started = Instant::now();
+            while started.elapsed().as_secs_f64() < secs {
+                let t = Instant::now();
+                direct.next_id().await?;
+                trips.saturating_record(t.elapsed().as_nanos() as u64);
+            }
+            for (p, q) in [("p50", 0.5), ("p99", 0.99)] {
+                run.record(
+                    GROUP,
+                    ROUND_TRIP,
+                    p,
+                    "ns",
+                    trips.value_at_quantile(q) as f64,
+                );
+            }
+            direct.close();
+            anyhow::Ok(())
+        })
+        .context("client library benchmark")
 }
 
 /// Calls `next_id()` on a fixed schedule of `rate` per second for `secs`, timing each call:
@@ -102,10 +127,14 @@ async fn paced(
             due = now;
         }
         // Let the runtime's other tasks (the refiller) run on this worker now and then.
-        if calls % 4096 == 0 {
+        if calls.is_multiple_of(4096) {
             tokio::task::yield_now().await;
         }
     }
     let achieved = calls as f64 / started.elapsed().as_secs_f64();
-    Ok((latency, achieved, client.stats().buffer_misses - misses_before))
+    Ok((
+        latency,
+        achieved,
+        client.stats().buffer_misses - misses_before,
+    ))
 }

@@ -549,7 +549,10 @@ fn client_section(out: &mut String, svc: &Run, lib: Option<&Run>) {
             String::new(),
         ]);
     }
-    out.push_str(&table(&["ns per call", "p50", "p99", "p99.9", "max"], &rows));
+    out.push_str(&table(
+        &["ns per call", "p50", "p99", "p99.9", "max"],
+        &rows,
+    ));
     let achieved = svc.median(GROUP, PREFETCH_PACED, "achieved");
     let waited = svc.median(GROUP, PREFETCH_PACED, "calls that waited for a refill");
     let fast = svc.median(GROUP, THROUGHPUT, "IDs/s");
@@ -763,7 +766,11 @@ fn targets_section(out: &mut String, lib: Option<&Run>, svc: Option<&Run>) {
         let paced = crate::client::PREFETCH_PACED;
         if let Some(p50) = svc.median(crate::client::GROUP, paced, "p50") {
             let waited = svc
-                .find(crate::client::GROUP, paced, "calls that waited for a refill")
+                .find(
+                    crate::client::GROUP,
+                    paced,
+                    "calls that waited for a refill",
+                )
                 .map_or(f64::NAN, |m| m.samples.iter().copied().fold(0.0, f64::max));
             rows.push(vec![
                 "client next_id() with prefetch: p50 ≤ 100 ns at a paced 1,000,000 IDs/s, no call waiting for a refill".into(),
