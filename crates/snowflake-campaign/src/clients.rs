@@ -27,6 +27,9 @@ pub enum Protocol {
     Thrift,
     /// Redis protocol: `INCR` for one ID, `INCRBY` for a range.
     Resp,
+    /// The client library (`snowflake-client`) over every node's gRPC port, failing over
+    /// between them; the op names the node that answered.
+    Client,
 }
 
 /// How an operation ended.
@@ -105,6 +108,8 @@ pub async fn run(
                 Protocol::Grpc => grpc_call(&mut grpc, target.grpc, count).await,
                 Protocol::Thrift => thrift_call(&mut thrift, target.thrift).await,
                 Protocol::Resp => resp_call(&mut resp, target.resp, count).await,
+                // Over every node at once: `run_library`.
+                Protocol::Client => Outcome::NoAnswer("not a one-node protocol".into()),
             }
         })
         .await
@@ -141,6 +146,70 @@ pub async fn run(
             _ = stop.changed() => {}
         }
     }
+}
+
+/// The client library's client: one over every node's gRPC port, asking for 1 to 64 IDs at a
+/// time, recording the node that answered; a call that no node could serve within
+/// [`REQUEST_TIMEOUT`] is recorded as refused with the library's reason (each node's failure).
+pub async fn run_library(
+    targets: Vec<Target>,
+    started: Instant,
+    history: History,
+    mut rng: Rng,
+    pause: Duration,
+    mut stop: watch::Receiver<bool>,
+) {
+    let client =
+        match snowflake_client::ClientBuilder::new(targets.iter().map(|t| t.grpc.to_string()))
+            .call_timeout(Duration::from_millis(500))
+            .give_up_after(REQUEST_TIMEOUT)
+            .backoff(Duration::from_millis(50), Duration::from_secs(1))
+            .max_ids_per_call(64)
+            .build()
+        {
+            Ok(client) => client,
+            Err(e) => {
+                eprintln!("campaign: the client library's client did not start: {e}");
+                return;
+            }
+        };
+    while !*stop.borrow() {
+        let count = if rng.below(2) == 0 {
+            1
+        } else {
+            1 + u32::try_from(rng.below(64)).expect("small")
+        };
+        let sent = started.elapsed();
+        let (node, outcome) = match client.batch(count).await {
+            Ok(batch) => (
+                targets[batch.endpoint].node,
+                Outcome::Ids(batch.ids.iter().map(|id| id.as_u64()).collect()),
+            ),
+            Err(e) => (
+                // No node answered: the op belongs to none (the availability figures skip it).
+                usize::MAX,
+                Outcome::Refused {
+                    status: "unavailable".into(),
+                    reason: e.to_string(),
+                },
+            ),
+        };
+        let received = started.elapsed();
+        history.lock().expect("history").push(Op {
+            node,
+            protocol: Protocol::Client,
+            count,
+            sent_us: u64::try_from(sent.as_micros()).unwrap_or(u64::MAX),
+            received_us: u64::try_from(received.as_micros()).unwrap_or(u64::MAX),
+            received_unix_ms: unix_ms(),
+            outcome,
+        });
+        tokio::select! {
+            () = tokio::time::sleep(pause) => {}
+            _ = stop.changed() => {}
+        }
+    }
+    client.close();
 }
 
 type HttpConn = hyper::client::conn::http1::SendRequest<Empty<Bytes>>;

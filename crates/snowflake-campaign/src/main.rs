@@ -198,6 +198,16 @@ fn campaign(args: &Args) -> anyhow::Result<bool> {
         }
     }
 
+    // The client library, failing over between every node.
+    clients.push(runtime.spawn(clients::run_library(
+        targets.clone(),
+        started,
+        Arc::clone(&history),
+        rng.fork(),
+        Duration::from_millis(3),
+        stop_rx.clone(),
+    )));
+
     // The marks, read twice a second while the campaign runs (rule 3 at every moment).
     let samples: Arc<Mutex<Vec<check::MarkSample>>> = Arc::new(Mutex::new(Vec::new()));
     let sampling = Arc::new(AtomicBool::new(true));

@@ -90,6 +90,18 @@ pub enum Error {
     Closed,
 }
 
+/// IDs of one call to one node ([`Client::batch`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Batch {
+    /// The IDs, as the node sent them (increasing).
+    pub ids: Vec<SnowflakeId>,
+    /// The node's index in the list given to [`ClientBuilder::new`].
+    pub endpoint: usize,
+    /// The node's address, as given.
+    pub address: String,
+}
+
 /// Counters since the client was built ([`Client::stats`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
@@ -414,6 +426,31 @@ impl Client {
         Ok(out)
     }
 
+    /// One call to one node: `count` IDs (1..=`max_ids_per_call`), failing over like
+    /// [`Client::next_id`], with the node that gave them (its index in the builder's list and
+    /// its address). For tools that want to know who answered; applications want
+    /// [`Client::next_ids`]. Never from the prefetch buffer.
+    pub async fn batch(&self, count: u32) -> Result<Batch, Error> {
+        let inner = &*self.inner;
+        if !(1..=inner.max_ids_per_call).contains(&count) {
+            return Err(Error::InvalidCount {
+                count: u64::from(count),
+                max: u64::from(inner.max_ids_per_call),
+            });
+        }
+        self.check_open()?;
+        let (ids, endpoint) = inner.fetch_from(count).await?;
+        inner
+            .counters
+            .served_direct
+            .fetch_add(u64::from(count), Ordering::Relaxed);
+        Ok(Batch {
+            ids,
+            endpoint,
+            address: inner.nodes[endpoint].name.clone(),
+        })
+    }
+
     /// The counters so far.
     pub fn stats(&self) -> Stats {
         let c = &self.inner.counters;
@@ -487,21 +524,24 @@ impl Inner {
 
     /// `count` IDs (at most `max_ids_per_call`) from one node, with failover.
     async fn fetch(&self, count: u32) -> Result<Vec<SnowflakeId>, Error> {
-        let (ids, _) = self
-            .call(move |mut c, t| async move {
-                let mut request = tonic::Request::new(NextIdsRequest { count });
-                request.set_timeout(t);
-                let ids = c.next_ids(request).await?.into_inner().ids;
-                if ids.len() != count as usize {
-                    return Err(tonic::Status::internal(format!(
-                        "asked for {count} IDs, got {}",
-                        ids.len()
-                    )));
-                }
-                Ok(ids)
-            })
-            .await?;
-        Ok(ids)
+        Ok(self.fetch_from(count).await?.0)
+    }
+
+    /// [`Inner::fetch`], and which node answered.
+    async fn fetch_from(&self, count: u32) -> Result<(Vec<SnowflakeId>, usize), Error> {
+        self.call(move |mut c, t| async move {
+            let mut request = tonic::Request::new(NextIdsRequest { count });
+            request.set_timeout(t);
+            let ids = c.next_ids(request).await?.into_inner().ids;
+            if ids.len() != count as usize {
+                return Err(tonic::Status::internal(format!(
+                    "asked for {count} IDs, got {}",
+                    ids.len()
+                )));
+            }
+            Ok(ids)
+        })
+        .await
     }
 
     /// The next usable node in turn, or when the first skipped one may be asked again.
