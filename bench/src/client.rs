@@ -72,7 +72,7 @@ pub fn round(run: &mut Run, grpc_port: u16, secs: f64, paced_secs: f64) -> Resul
 
             let direct = ClientBuilder::new([endpoint]).build()?;
             direct.next_id().await?;
-            let mut trips = Histogram::<u64>::new(3)?;
+            let mut trips = histogram()?;
             let started = Instant::now();
             while started.elapsed().as_secs_f64() < secs {
                 let t = Instant::now();
@@ -94,6 +94,40 @@ pub fn round(run: &mut Run, grpc_port: u16, secs: f64, paced_secs: f64) -> Resul
         .context("client library benchmark")
 }
 
+/// Nanoseconds from 1 to a minute, 3 significant digits (a plain `Histogram::new` saturates
+/// `saturating_record` at its initial 2,047).
+fn histogram() -> Result<Histogram<u64>> {
+    Ok(Histogram::new_with_bounds(1, 60_000_000_000, 3)?)
+}
+
+/// `client` on its own: a fresh server, `rounds` rounds, the results put into `dir`'s
+/// service.json in place of the client measurements there (so the rest of a full run stays).
+pub fn rerun(
+    root: &std::path::Path,
+    dir: &std::path::Path,
+    secs: f64,
+    rounds: usize,
+) -> Result<()> {
+    let path = dir.join("service.json");
+    let mut run = if path.exists() {
+        Run::load(&path)?
+    } else {
+        Run::new("service", secs, rounds)
+    };
+    run.measurements.retain(|m| m.group != GROUP);
+    let bin = crate::service::sf_binary(root)?;
+    let work = tempfile::tempdir()?;
+    let server = crate::service::SfServer::start(&bin, work.path())?;
+    for r in 1..=rounds {
+        eprintln!("client: round {r}/{rounds}");
+        round(&mut run, server.grpc_port, secs, secs * 2.5)?;
+    }
+    drop(server);
+    run.save(&path)?;
+    eprintln!("client: wrote {}", path.display());
+    Ok(())
+}
+
 /// Calls `next_id()` on a fixed schedule of `rate` per second for `secs`, timing each call:
 /// the latency histogram (ns), the rate achieved, and how many calls found the buffer empty.
 async fn paced(
@@ -101,7 +135,7 @@ async fn paced(
     rate: f64,
     secs: f64,
 ) -> Result<(Histogram<u64>, f64, u64)> {
-    let mut latency = Histogram::<u64>::new(3)?;
+    let mut latency = histogram()?;
     let interval = Duration::from_secs_f64(1.0 / rate);
     let misses_before = client.stats().buffer_misses;
     let started = Instant::now();

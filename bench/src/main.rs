@@ -34,6 +34,9 @@ enum Cmd {
     /// Over the network: our server against Redis INCR and a PostgreSQL sequence; writes
     /// OUT/service.json.
     Service(ServiceArgs),
+    /// The client library alone (prefetch paced at 1,000,000 IDs/s, round trips) against a
+    /// fresh server; replaces the client measurements in OUT/service.json.
+    Client(ServiceArgs),
     /// Memory over minutes of full load on our server (HTTP, gRPC and Thrift); writes
     /// OUT/soak.json. Not part of `all`: it takes 10 minutes.
     Soak(SoakArgs),
@@ -193,6 +196,10 @@ fn main() -> Result<()> {
     match Cli::parse().command {
         Cmd::Lib(a) => lib(a),
         Cmd::Service(a) => service(a),
+        Cmd::Client(a) => {
+            let dir = out_dir(a.out, false)?;
+            client::rerun(&root(), &dir, a.secs, a.rounds)
+        }
         Cmd::Soak(a) => soak(a),
         Cmd::Report(a) => {
             // Without --dir: the repository's report, as `all` writes it.

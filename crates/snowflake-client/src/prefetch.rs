@@ -57,6 +57,10 @@ impl Prefetch {
     }
 }
 
+/// How late the refiller may run after it was woken, on a busy machine (a loaded 2-core VM
+/// delays a woken task by several milliseconds now and then): the buffer covers it.
+const WAKE_SLACK: Duration = Duration::from_millis(25);
+
 /// IDs of one `NextIds` answer.
 #[derive(Debug)]
 struct Batch {
@@ -207,11 +211,12 @@ impl Buffer {
 
     /// Sizes the buffer from the rate IDs are taken at (IDs per second) and how long a fetch
     /// takes: the low-water mark covers the IDs taken while a refill is on its way (twice the
-    /// fetch time, plus 5 ms for the refiller to wake), the target one fetch more; both capped
-    /// so that what is bought is used within half of `max_age` (and by `max_buffer`).
+    /// fetch time, plus [`WAKE_SLACK`] for the refiller to be scheduled), the target one fetch
+    /// more; both capped so that what is bought is used within half of `max_age` (and by
+    /// `max_buffer`).
     pub(crate) fn resize(&self, rate: f64, fetch_time: Duration, max_per_call: u32) {
         let s = &self.settings;
-        let cover = (fetch_time.as_secs_f64() * 2.0 + 0.005) * rate;
+        let cover = (fetch_time.as_secs_f64() * 2.0 + WAKE_SLACK.as_secs_f64()) * rate;
         let usable = rate * s.max_age.as_secs_f64() / 2.0;
         let min = f64::from(s.min_fetch);
         let low = cover.min(usable).max(min / 2.0);
@@ -282,9 +287,9 @@ mod tests {
     #[test]
     fn the_buffer_is_sized_from_the_rate_and_capped_by_max_age() {
         let b = Buffer::new(Prefetch::new().max_age(Duration::from_secs(2)));
-        // 1,000,000 IDs/s, 1 ms fetches: cover 7 ms = 7,000 IDs, plus a fetch of 4096.
+        // 1,000,000 IDs/s, 1 ms fetches: cover 27 ms = 27,000 IDs, plus a fetch of 4096.
         b.resize(1e6, Duration::from_millis(1), 4096);
-        assert_eq!(b.marks(), (7_000, 11_096));
+        assert_eq!(b.marks(), (27_000, 31_096));
         // A slow taker: at least min_fetch, and at most what is used within max_age / 2.
         b.resize(10.0, Duration::from_millis(1), 4096);
         assert_eq!(b.marks(), (128, 256));

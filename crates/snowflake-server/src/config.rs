@@ -133,9 +133,9 @@ pub struct ServeArgs {
     #[arg(long, env = "SNOWFLAKE_STATE_DIR", value_name = "DIR")]
     pub state_dir: Option<PathBuf>,
 
-    /// Largest number of IDs one request may ask for, 1..=1000000 [default: 100000]. A million
-    /// IDs is a quarter of a second of one node's sequence space (4,096 per ms), issued a
-    /// millisecond's worth at a time within --request-timeout-ms.
+    /// Largest number of IDs one request may ask for, 1..=100000 [default: 100000]. A count
+    /// above 4096 is issued three quarters of a millisecond's sequence space at a time, within
+    /// --request-timeout-ms; for more IDs in one call, gRPC StreamIds.
     #[arg(
         long,
         env = "SNOWFLAKE_MAX_BATCH",
@@ -462,6 +462,12 @@ pub enum LogFormat {
     Json,
 }
 
+/// The largest `--max-batch`: 100,000 IDs (about 33 ms of one node's sequence space at the
+/// three quarters of each millisecond bulk takes). Maximum batches back to back at this size
+/// leave a concurrent single-ID client's p99 where it is without them (BENCHMARKS.md, "Single
+/// IDs beside maximum batches"); at 1,000,000 it moved. More IDs in one call: gRPC `StreamIds`.
+pub const MAX_BATCH_CEILING: u64 = 100_000;
+
 /// The validated settings of one `snowflake serve`.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -677,7 +683,7 @@ impl Config {
             datacenter_id: 0,
             worker_id: 0,
             state_dir: state_dir.into(),
-            max_batch: 100_000,
+            max_batch: MAX_BATCH_CEILING,
             max_backwards_wait_ms: 0,
             reserve_ms: 3000,
             max_clock_step_ms: 1000,
@@ -896,7 +902,7 @@ impl Config {
             "max-batch",
             "max_batch",
             1,
-            1_000_000,
+            MAX_BATCH_CEILING,
         )? {
             config.max_batch = n;
         }

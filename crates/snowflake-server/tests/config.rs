@@ -115,14 +115,14 @@ fn bad_values_name_the_setting_the_value_and_the_range() {
                 max_batch: Some("0".into()),
                 ..ServeArgs::default()
             },
-            "invalid --max-batch (or SNOWFLAKE_MAX_BATCH): expected 1..=1000000, found 0",
+            "invalid --max-batch (or SNOWFLAKE_MAX_BATCH): expected 1..=100000, found 0",
         ),
         (
             ServeArgs {
                 max_batch: Some("lots".into()),
                 ..ServeArgs::default()
             },
-            "invalid --max-batch (or SNOWFLAKE_MAX_BATCH): expected a whole number in 1..=1000000, found \"lots\"",
+            "invalid --max-batch (or SNOWFLAKE_MAX_BATCH): expected a whole number in 1..=100000, found \"lots\"",
         ),
         (
             ServeArgs {
@@ -1036,10 +1036,10 @@ fn the_clock_step_settings_have_defaults_and_ranges() {
         ),
         (
             ServeArgs {
-                max_batch: Some("1000001".into()),
+                max_batch: Some("100001".into()),
                 ..ServeArgs::default()
             },
-            "invalid --max-batch (or SNOWFLAKE_MAX_BATCH): expected 1..=1000000, found 1000001",
+            "invalid --max-batch (or SNOWFLAKE_MAX_BATCH): expected 1..=100000, found 100001",
         ),
     ]);
     let from_file = file("max_clock_step_ms = 5000\nclock_step_trust_secs = 2\n");
