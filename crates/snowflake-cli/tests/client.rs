@@ -261,6 +261,24 @@ async fn deadlines_hold_against_a_node_that_accepts_and_never_answers() {
         "{took:?}"
     );
     assert!(err.contains(": no answer within "), "{err}");
+
+    // With prefetch too: the refiller's fetch at the black hole holds the fetch lock, and a
+    // taker that finds the buffer empty still fails within its one give_up_after (waiting for
+    // the lock counts), not after the refiller's time and then its own.
+    let prefetching = ClientBuilder::new([hole.to_string()])
+        .call_timeout(Duration::from_millis(200))
+        .give_up_after(Duration::from_millis(1000))
+        // Retried at once: every attempt runs to its deadline, so a fetch takes all its time.
+        .backoff(Duration::from_millis(1), Duration::from_millis(1))
+        .prefetch(Prefetch::new())
+        .build()
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let started = Instant::now();
+    let err = prefetching.next_id().await.unwrap_err().to_string();
+    let took = started.elapsed();
+    assert!(took < Duration::from_millis(1300), "{took:?}: {err}");
+    assert!(err.starts_with("no endpoint could serve"), "{err}");
 }
 
 /// Prefetched IDs older than `max_age` are discarded, never handed out; IDs are served from the

@@ -363,11 +363,14 @@ impl Client {
         let Some(buffer) = &inner.buffer else {
             self.check_open()?;
             let (id, _) = inner
-                .call(|mut c, t| async move {
-                    let mut request = tonic::Request::new(NextIdRequest {});
-                    request.set_timeout(t);
-                    Ok(vec![c.next_id(request).await?.into_inner().id])
-                })
+                .call(
+                    Instant::now() + inner.give_up_after,
+                    |mut c, t| async move {
+                        let mut request = tonic::Request::new(NextIdRequest {});
+                        request.set_timeout(t);
+                        Ok(vec![c.next_id(request).await?.into_inner().id])
+                    },
+                )
                 .await?;
             inner.counters.served_direct.fetch_add(1, Ordering::Relaxed);
             return Ok(id[0]);
@@ -377,15 +380,20 @@ impl Client {
         }
         self.check_open()?;
         inner.counters.buffer_misses.fetch_add(1, Ordering::Relaxed);
-        // Empty: wait for the fetch in flight, or make one.
-        let _one = inner.filling.lock().await;
+        // Empty: wait for the fetch in flight, or make one; both within one `give_up_after`
+        // (the refiller's fetch may be trying nodes that are all down).
+        let started = Instant::now();
+        let give_up = started + inner.give_up_after;
+        let Ok(_one) = tokio::time::timeout_at(give_up.into(), inner.filling.lock()).await else {
+            return Err(inner.unavailable(started));
+        };
         if let Some(id) = inner.take(buffer) {
             return Ok(id);
         }
         self.check_open()?;
         let count = buffer.wanted(inner.max_ids_per_call).max(1);
         let born = Instant::now();
-        let ids = inner.fetch(count).await?;
+        let (ids, _) = inner.fetch_until(count, give_up).await?;
         let (first, rest) = ids.split_first().ok_or(Error::Closed)?;
         buffer.push(rest.iter().map(|id| id.as_u64()).collect(), born);
         inner.counters.served_direct.fetch_add(1, Ordering::Relaxed);
@@ -529,7 +537,17 @@ impl Inner {
 
     /// [`Inner::fetch`], and which node answered.
     async fn fetch_from(&self, count: u32) -> Result<(Vec<SnowflakeId>, usize), Error> {
-        self.call(move |mut c, t| async move {
+        self.fetch_until(count, Instant::now() + self.give_up_after)
+            .await
+    }
+
+    /// [`Inner::fetch_from`], giving up at `give_up`.
+    async fn fetch_until(
+        &self,
+        count: u32,
+        give_up: Instant,
+    ) -> Result<(Vec<SnowflakeId>, usize), Error> {
+        self.call(give_up, move |mut c, t| async move {
             let mut request = tonic::Request::new(NextIdsRequest { count });
             request.set_timeout(t);
             let ids = c.next_ids(request).await?.into_inner().ids;
@@ -561,14 +579,17 @@ impl Inner {
 
     /// Runs `attempt` (given a client of one node and the attempt's deadline) on the nodes in
     /// turn until one answers with valid IDs, the service refuses the request itself, or
-    /// `give_up_after` has passed. The IDs, and which node gave them.
-    async fn call<F, Fut>(&self, attempt: F) -> Result<(Vec<SnowflakeId>, usize), Error>
+    /// `give_up` has passed. The IDs, and which node gave them.
+    async fn call<F, Fut>(
+        &self,
+        give_up: Instant,
+        attempt: F,
+    ) -> Result<(Vec<SnowflakeId>, usize), Error>
     where
         F: Fn(SnowflakeClient<Channel>, Duration) -> Fut,
         Fut: Future<Output = Result<Vec<i64>, tonic::Status>>,
     {
         let started = Instant::now();
-        let give_up = started + self.give_up_after;
         loop {
             if self.closed.load(Ordering::Acquire) {
                 return Err(Error::Closed);
