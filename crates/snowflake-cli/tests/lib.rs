@@ -16,6 +16,7 @@ mod serve;
 mod stalled_disk;
 mod state_tool;
 mod support;
+mod systemd;
 mod tls;
 mod zookeeper_fleet;
 mod zookeeper_marks;

@@ -17,6 +17,7 @@ pub mod grpc;
 pub mod http;
 pub mod metrics;
 pub mod node;
+pub mod notify;
 pub mod resp;
 pub mod state;
 pub mod thrift;
@@ -180,6 +181,7 @@ pub async fn run(
         () = &mut shutdown => false,
     };
     if !opened {
+        notify::stopping();
         tracing::warn!("shutting down before the node opened");
         let stored = node.shutdown().await;
         if let Some(coordinator) = node.coordinator() {
@@ -194,6 +196,7 @@ pub async fn run(
     // Every set aborts its tasks if this future is dropped, so nothing outlives the service.
     let mut keeper = tokio::task::JoinSet::new();
     keeper.spawn(Arc::clone(&node).keep(stop_rx.clone()));
+    keeper.spawn(notify::watch(Arc::clone(&node), stop_rx.clone()));
     let mut front_ends = tokio::task::JoinSet::new();
     if let Some(tls) = &listeners.tls {
         node.metrics().set_tls(Arc::clone(tls));
@@ -236,6 +239,7 @@ pub async fn run(
         None => tracing::info!("shutting down: no new connections; finishing in-flight requests"),
         Some(reason) => tracing::error!(%reason, "stopping: the pair is lost"),
     }
+    notify::stopping();
     let _ = stop_tx.send(true);
     while front_ends.join_next().await.is_some() {}
     while keeper.join_next().await.is_some() {}

@@ -1,0 +1,183 @@
+//! The systemd unit (deploy/systemd/snowflake.service) checked offline with systemd-analyze, and
+//! the readiness protocol it relies on (`Type=notify`) tested without systemd: a `NOTIFY_SOCKET`
+//! the test owns.
+
+use crate::support::{Serve, assert_exit, temp_dir};
+use std::os::unix::net::UnixDatagram;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+fn unit_path() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/systemd/snowflake.service")
+}
+
+/// The unit as shipped, with `ExecStart` pointed at the binary under test (systemd-analyze
+/// wants an executable there).
+fn unit_for_test(dir: &Path) -> PathBuf {
+    let unit = std::fs::read_to_string(unit_path()).unwrap();
+    assert!(
+        unit.contains("ExecStart=/usr/bin/snowflake serve"),
+        "{unit}"
+    );
+    let bin = crate::support::binary();
+    let path = dir.join("snowflake.service");
+    std::fs::write(
+        &path,
+        unit.replace("/usr/bin/snowflake", &bin.to_string_lossy()),
+    )
+    .unwrap();
+    path
+}
+
+#[test]
+fn the_unit_verifies_and_its_sandbox_rates_ok() {
+    let dir = temp_dir();
+    let unit = unit_for_test(dir.path());
+    let verify = Command::new("systemd-analyze")
+        .args(["verify", "--man=no"])
+        .arg(&unit)
+        .output()
+        .expect("systemd-analyze (the systemd package)");
+    let stderr = String::from_utf8_lossy(&verify.stderr);
+    assert!(
+        verify.status.success() && stderr.trim().is_empty(),
+        "{stderr}"
+    );
+
+    let security = Command::new("systemd-analyze")
+        .args(["security", "--offline=yes"])
+        .arg(&unit)
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&security.stdout);
+    let line = out
+        .lines()
+        .find(|l| l.contains("Overall exposure level"))
+        .unwrap_or_else(|| panic!("no score in {out}"));
+    let score: f64 = line
+        .split(':')
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no score in {line:?}"));
+    assert!(score <= 2.0, "exposure {score} > 2.0: {line}");
+    // The README states the score: keep it true.
+    let readme =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/deploy.md"))
+            .unwrap();
+    assert!(
+        readme.contains(&format!("exposure {score:.1}")),
+        "docs/deploy.md should state `exposure {score:.1}`"
+    );
+}
+
+/// Every datagram received so far (non-blocking).
+fn received(socket: &UnixDatagram, into: &mut Vec<String>) {
+    let mut buf = [0u8; 4096];
+    while let Ok(n) = socket.recv(&mut buf) {
+        into.push(String::from_utf8_lossy(&buf[..n]).into_owned());
+    }
+}
+
+#[test]
+fn ready_is_notified_only_once_the_node_can_issue_and_stopping_on_sigterm() {
+    let state = temp_dir();
+    // A reservation 3 s ahead, then a crash: the next start must wait for the clock to pass the
+    // mark, not ready meanwhile.
+    let first = Serve::new(state.path())
+        .args(["--reserve-ms", "3000"])
+        .start();
+    first.poll("/readyz", Duration::from_secs(10), |r| r.status == 200);
+    first.kill9();
+
+    let sock_dir = temp_dir();
+    let sock_path = sock_dir.path().join("notify.sock");
+    let socket = UnixDatagram::bind(&sock_path).unwrap();
+    socket.set_nonblocking(true).unwrap();
+    let node = Serve::new(state.path())
+        .env("NOTIFY_SOCKET", &sock_path)
+        .start();
+    let mut messages = Vec::new();
+    let mut saw_not_ready = false;
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        // The order matters: readiness first, then the datagrams sent before that answer.
+        let ready_now = node.get("/readyz").status == 200;
+        received(&socket, &mut messages);
+        let notified_ready = messages.iter().any(|m| m.lines().any(|l| l == "READY=1"));
+        if !ready_now {
+            saw_not_ready = true;
+            assert!(
+                !notified_ready,
+                "READY=1 while /readyz is not 200: {messages:?}"
+            );
+        }
+        if notified_ready {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no READY=1: {messages:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(
+        saw_not_ready,
+        "the node was never seen not ready: {messages:?}"
+    );
+    assert!(
+        messages
+            .iter()
+            .any(|m| m.contains("STATUS=not ready: ") && !m.contains("READY=1")),
+        "{messages:?}"
+    );
+    assert!(
+        messages
+            .iter()
+            .any(|m| m.contains("STATUS=ready: issuing ids")),
+        "{messages:?}"
+    );
+    assert_eq!(node.get("/readyz").status, 200);
+
+    let finished = node.stop_with("TERM");
+    assert_exit(&finished, 0);
+    received(&socket, &mut messages);
+    assert!(
+        messages
+            .iter()
+            .any(|m| m.lines().any(|l| l == "STOPPING=1")),
+        "{messages:?}"
+    );
+}
+
+/// Without NOTIFY_SOCKET nothing is sent and nothing is logged about it.
+#[test]
+fn without_notify_socket_nothing_is_sent() {
+    let state = temp_dir();
+    let node = Serve::new(state.path()).start();
+    node.poll("/readyz", Duration::from_secs(10), |r| r.status == 200);
+    let finished = node.stop_with("TERM");
+    assert_exit(&finished, 0);
+    assert!(
+        !finished.stderr.contains("NOTIFY_SOCKET"),
+        "{}",
+        finished.stderr
+    );
+}
+
+/// The config file shipped beside the unit is one `snowflake serve` accepts (addresses moved to
+/// loopback ports for the test, as the unit's --state-dir is).
+#[test]
+fn the_shipped_config_starts_a_node() {
+    let config = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/systemd/snowflake.toml");
+    let state = temp_dir();
+    let node = Serve::bare()
+        .arg("--config")
+        .arg(&config)
+        .args(["--http-addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0"])
+        .arg("--state-dir")
+        .arg(state.path())
+        .start();
+    node.poll("/readyz", Duration::from_secs(10), |r| r.status == 200);
+    let info = crate::support::info(&node);
+    assert_eq!(info["datacenter_id"], 0, "{info}");
+    assert_exit(&node.stop_with("TERM"), 0);
+}
