@@ -937,6 +937,7 @@ pub fn run(root: &Path, secs: f64, rounds: usize) -> Result<Run> {
     let pg_bin = ensure_tools()?;
     let bin = sf_binary(root)?;
     let mut run = Run::new("service", secs, rounds);
+    let mut sized = Sized::default();
     if std::env::var_os("SNOWFLAKE_BIN").is_some() {
         run.notes.push(format!(
             "Measured {} (SNOWFLAKE_BIN), not the release build: these numbers say nothing about performance.",
@@ -967,13 +968,12 @@ pub fn run(root: &Path, secs: f64, rounds: usize) -> Result<Run> {
         rss_kib(svc.redis_pid())?,
     );
 
-    // redis-benchmark counts requests, not seconds: size each run from the last rate seen.
-    let mut redis_rate: HashMap<u32, f64> = HashMap::new();
-    let mut redis = |run: &mut Run, c: u32| -> Result<f64> {
+    // redis-benchmark counts requests, not seconds: each run sized from the last rate seen.
+    let redis = |run: &mut Run, sized: &mut Sized, c: u32| -> Result<f64> {
         let guess = if c == 1 { 15_000.0 } else { 60_000.0 };
-        let rate = redis_rate.get(&c).copied().unwrap_or(guess);
-        let row = svc.redis(c, ((rate * secs) as u64).max(1000))?;
-        redis_rate.insert(c, row.rps);
+        let row = sized.run(&format!("Redis INCR c={c}"), guess, secs, |n| {
+            svc.redis(c, n)
+        })?;
         if c == 50 {
             run.record("single-id", REDIS, "c=50", "IDs/s", row.rps);
             if let Some(p99) = row.p99_ms {
@@ -990,7 +990,6 @@ pub fn run(root: &Path, secs: f64, rounds: usize) -> Result<Run> {
         Ok(row.rps)
     };
     let mut errors: Vec<String> = Vec::new();
-    let mut sized = Sized::default();
     let mut tls_errors: Vec<String> = Vec::new();
     let mut sf =
         |run: &mut Run, group: &str, subject: &str, protocol: &str, args: &[&str]| -> Result<()> {
@@ -1004,7 +1003,7 @@ pub fn run(root: &Path, secs: f64, rounds: usize) -> Result<Run> {
 
     for round in 1..=rounds {
         eprintln!("service: round {round}/{rounds}");
-        redis(&mut run, 50)?;
+        redis(&mut run, &mut sized, 50)?;
         let p = svc.pgbench(50, whole)?;
         run.record("single-id", PG, "c=50", "IDs/s", p.tps);
         run.record("connections", "PostgreSQL nextval", "c=50", "IDs/s", p.tps);
@@ -1088,7 +1087,7 @@ pub fn run(root: &Path, secs: f64, rounds: usize) -> Result<Run> {
         // The client library: 10 s paced in a full run (4 s measurements).
         crate::client::round(&mut run, svc.sf().grpc_port, secs, secs * 2.5)?;
         for c in [1u32, 10] {
-            redis(&mut run, c)?;
+            redis(&mut run, &mut sized, c)?;
             let w = svc.wrk(c, whole)?;
             run.record(
                 "connections",

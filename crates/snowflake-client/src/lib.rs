@@ -447,7 +447,8 @@ impl Client {
             });
         }
         self.check_open()?;
-        let (ids, endpoint) = inner.fetch_from(count).await?;
+        let give_up = Instant::now() + inner.give_up_after;
+        let (ids, endpoint) = inner.fetch_until(count, give_up).await?;
         inner
             .counters
             .served_direct
@@ -532,16 +533,11 @@ impl Inner {
 
     /// `count` IDs (at most `max_ids_per_call`) from one node, with failover.
     async fn fetch(&self, count: u32) -> Result<Vec<SnowflakeId>, Error> {
-        Ok(self.fetch_from(count).await?.0)
+        let give_up = Instant::now() + self.give_up_after;
+        Ok(self.fetch_until(count, give_up).await?.0)
     }
 
-    /// [`Inner::fetch`], and which node answered.
-    async fn fetch_from(&self, count: u32) -> Result<(Vec<SnowflakeId>, usize), Error> {
-        self.fetch_until(count, Instant::now() + self.give_up_after)
-            .await
-    }
-
-    /// [`Inner::fetch_from`], giving up at `give_up`.
+    /// [`Inner::fetch`] giving up at `give_up`, and which node answered.
     async fn fetch_until(
         &self,
         count: u32,
