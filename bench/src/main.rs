@@ -1,6 +1,7 @@
 //! `snowflake-compare`: our Snowflake generator and service side by side with the alternatives,
 //! in one run on one machine; writes the report in BENCHMARKS.md.
 
+mod ab;
 mod charts;
 mod client;
 mod lib_bench;
@@ -42,8 +43,27 @@ enum Cmd {
     Soak(SoakArgs),
     /// Markdown and SVG charts from DIR/lib.json, DIR/service.json and DIR/soak.json.
     Report(ReportArgs),
+    /// Two builds of our server side by side: single-ID throughput over HTTP, gRPC and RESP in
+    /// alternating rounds, medians and the candidate's share (prints a table; writes nothing).
+    Ab(AbArgs),
     /// lib, service and report in one go (not the soak; with --quick, a short soak too).
     All(AllArgs),
+}
+
+#[derive(Debug, Args)]
+struct AbArgs {
+    /// The build to compare against (e.g. one built from the previous commit).
+    #[arg(long, value_name = "BIN")]
+    baseline: PathBuf,
+    /// The build measured [default: target/release/snowflake, rebuilt, or SNOWFLAKE_BIN].
+    #[arg(long, value_name = "BIN")]
+    candidate: Option<PathBuf>,
+    /// Rounds (each build goes first in every other one; the median is reported).
+    #[arg(long, default_value_t = 5)]
+    rounds: usize,
+    /// Seconds per measurement.
+    #[arg(long, default_value_t = 4)]
+    secs: u64,
 }
 
 #[derive(Debug, Args)]
@@ -201,6 +221,13 @@ fn main() -> Result<()> {
             client::rerun(&root(), &dir, a.secs, a.rounds)
         }
         Cmd::Soak(a) => soak(a),
+        Cmd::Ab(a) => {
+            let candidate = match a.candidate {
+                Some(bin) => bin,
+                None => service::sf_binary(&root())?,
+            };
+            ab::run(&a.baseline, &candidate, a.rounds, a.secs)
+        }
         Cmd::Report(a) => {
             // Without --dir: the repository's report, as `all` writes it.
             let (markdown, charts) = match &a.dir {

@@ -102,6 +102,19 @@ fn three_nodes_lease_distinct_workers_and_never_repeat_an_id() {
             "metrics lack {needle:?}:\n{metrics}"
         );
     }
+    // The held pairs of the datacenter, read again every 10 s (the first node's first read
+    // saw only itself).
+    let deadline = Instant::now() + Duration::from_secs(25);
+    loop {
+        let metrics = nodes[0].get("/metrics").body;
+        if metrics.contains("snowflake_fleet_pairs_held{datacenter_id=\"0\"} 3\n")
+            && metrics.contains("snowflake_fleet_pairs_free{datacenter_id=\"0\"} 29\n")
+        {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no fleet of 3 seen:\n{metrics}");
+        std::thread::sleep(Duration::from_millis(500));
+    }
 
     // 30,000 IDs from all three, two clients each, in parallel.
     let addrs: Vec<SocketAddr> = nodes.iter().map(ServeProcess::addr).collect();

@@ -242,8 +242,15 @@ fn every_bad_input_gets_a_json_error_naming_the_problem() {
     let response = server.get("/v2/nothing");
     assert_eq!(response.status, 404, "{response:?}");
     assert!(response.error().contains("/v2/nothing"), "{response:?}");
-    let response = server.get("/");
+    let response = server.get("/v1");
     assert_eq!(response.status, 404, "{response:?}");
+    response.error();
+    // `/` is the status page (HTML); other methods on it are refused like everywhere.
+    let page = server.get("/");
+    assert_eq!(page.status, 200, "{page:?}");
+    assert!(page.body.starts_with("<!DOCTYPE html>"), "{page:?}");
+    let response = request(server.addr(), "POST", "/", &[]);
+    assert_eq!(response.status, 405, "{response:?}");
     response.error();
 
     for path in ["/v1/id", "/v1/ids?count=3"] {

@@ -133,6 +133,12 @@ fn a_node_registers_its_thrift_address_under_an_ephemeral_znode() {
         metrics.contains("identity_source=\"zookeeper\""),
         "{metrics}"
     );
+    // The datacenter's held workers, read from the znodes.
+    assert!(
+        metrics.contains("snowflake_fleet_pairs_held{datacenter_id=\"0\"} 1\n")
+            && metrics.contains("snowflake_fleet_pairs_free{datacenter_id=\"0\"} 31\n"),
+        "{metrics}"
+    );
 
     // The mark: a persistent sibling, written before use by this session.
     let mark = mark_json(&zk, 0);

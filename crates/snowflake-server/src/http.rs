@@ -2,10 +2,13 @@
 //! accept loop with a connection cap, timeouts and graceful shutdown.
 
 use crate::config::Config;
+use crate::latency::Histogram;
 use crate::node::{IssueError, Node, Protocol};
+use crate::status;
 use crate::tls::Tls;
 use axum::Router;
-use axum::extract::rejection::PathRejection;
+use axum::extract::Query;
+use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{Path, RawQuery, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
@@ -14,7 +17,7 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use snowflake_core::SnowflakeId;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, watch};
 use tower_http::limit::RequestBodyLimitLayer;
@@ -34,70 +37,79 @@ const ROUTES: &[&str] = &[
     "/healthz",
     "/readyz",
     "/metrics",
+    "/",
+    "/status.js",
+    "/v1/status",
 ];
 
 /// The router with every route, error mapping, metrics and body limits. Each route counts its
-/// own request (route template and status) without a middleware, which measurably costs on the
-/// single-ID hot path; slow work inside a request (waiting out a clock regression, an on-demand
-/// reservation) is bounded by `--request-timeout-ms` in the node, and slow clients by the
-/// header-read timeout.
+/// own request (route template and status) and observes its latency without a middleware,
+/// which measurably costs on the single-ID hot path: its closure holds the route's histogram.
+/// Slow work inside a request (waiting out a clock regression, an on-demand reservation) is
+/// bounded by `--request-timeout-ms` in the node, and slow clients by the header-read timeout.
 pub fn router(node: Arc<Node>) -> Router {
-    Router::new()
-        .route(
-            "/v1/id",
-            get(|State(node): State<Arc<Node>>, headers: HeaderMap| async move {
-                let response = next_id(&node, &headers).await;
-                counted(&node, "/v1/id", response)
-            }),
+    let id = Timed::new(&node, "/v1/id");
+    let ids = Timed::new(&node, "/v1/ids");
+    let decode_route = Timed::new(&node, "/v1/decode/{id}");
+    let info_route = Timed::new(&node, "/v1/info");
+    let unmatched = Timed::new(&node, "unmatched");
+    let router =
+        Router::new()
+            .route(
+                "/v1/id",
+                get(
+                    move |State(node): State<Arc<Node>>, headers: HeaderMap| async move {
+                        let started = Instant::now();
+                        let response = next_id(&node, &headers).await;
+                        id.done(&node, started, response)
+                    },
+                ),
+            )
+            .route(
+                "/v1/ids",
+                get(
+                    move |State(node): State<Arc<Node>>, RawQuery(query): RawQuery| async move {
+                        let started = Instant::now();
+                        let response = next_ids(&node, query.as_deref()).await;
+                        ids.done(&node, started, response)
+                    },
+                ),
+            )
+            .route(
+                "/v1/decode/{id}",
+                get(
+                    move |State(node): State<Arc<Node>>,
+                          id: Result<Path<String>, PathRejection>| async move {
+                        let started = Instant::now();
+                        let response = decode(&node, id);
+                        decode_route.done(&node, started, response)
+                    },
+                ),
+            )
+            .route(
+                "/v1/info",
+                get(move |State(node): State<Arc<Node>>| async move {
+                    let started = Instant::now();
+                    let response = info(&node);
+                    info_route.done(&node, started, response)
+                }),
+            );
+    let all = Timed::all(&node);
+    probe_routes(router, &node)
+        .fallback(
+            move |State(node): State<Arc<Node>>, method: Method, uri: Uri| async move {
+                let started = Instant::now();
+                unmatched.done(&node, started, not_found(&method, &uri))
+            },
         )
-        .route(
-            "/v1/ids",
-            get(|State(node): State<Arc<Node>>, RawQuery(query): RawQuery| async move {
-                let response = next_ids(&node, query.as_deref()).await;
-                counted(&node, "/v1/ids", response)
-            }),
-        )
-        .route(
-            "/v1/decode/{id}",
-            get(|State(node): State<Arc<Node>>, id: Result<Path<String>, PathRejection>| async move {
-                let response = decode(&node, id);
-                counted(&node, "/v1/decode/{id}", response)
-            }),
-        )
-        .route(
-            "/v1/info",
-            get(|State(node): State<Arc<Node>>| async move {
-                let response = info(&node);
-                counted(&node, "/v1/info", response)
-            }),
-        )
-        .route(
-            "/healthz",
-            get(|State(node): State<Arc<Node>>| async move {
-                counted(&node, "/healthz", json(StatusCode::OK, r#"{"status":"ok"}"#))
-            }),
-        )
-        .route(
-            "/readyz",
-            get(|State(node): State<Arc<Node>>| async move {
-                let response = readyz(&node);
-                counted(&node, "/readyz", response)
-            }),
-        )
-        .route(
-            "/metrics",
-            get(|State(node): State<Arc<Node>>| async move {
-                let response = metrics(&node);
-                counted(&node, "/metrics", response)
-            }),
-        )
-        .fallback(|State(node): State<Arc<Node>>, method: Method, uri: Uri| async move {
-            counted(&node, "unmatched", not_found(&method, &uri))
-        })
         .method_not_allowed_fallback(
-            |State(node): State<Arc<Node>>, method: Method, uri: Uri| async move {
-                let route = ROUTES.iter().copied().find(|r| *r == uri.path()).unwrap_or("unmatched");
-                counted(&node, route, method_not_allowed(&method, &uri))
+            move |State(node): State<Arc<Node>>, method: Method, uri: Uri| async move {
+                let started = Instant::now();
+                let route = all
+                    .iter()
+                    .find(|r| r.route == uri.path())
+                    .unwrap_or(&all[0]);
+                route.done(&node, started, method_not_allowed(&method, &uri))
             },
         )
         .layer(RequestBodyLimitLayer::new(MAX_BODY_BYTES))
@@ -107,45 +119,142 @@ pub fn router(node: Arc<Node>) -> Router {
 /// The admin listener's routes (`--admin-addr`): health, readiness and metrics, the same
 /// answers as on the HTTP listener.
 pub fn admin_router(node: Arc<Node>) -> Router {
-    Router::new()
-        .route(
-            "/healthz",
-            get(|State(node): State<Arc<Node>>| async move {
-                counted(
-                    &node,
-                    "/healthz",
-                    json(StatusCode::OK, r#"{"status":"ok"}"#),
-                )
-            }),
-        )
-        .route(
-            "/readyz",
-            get(|State(node): State<Arc<Node>>| async move {
-                let response = readyz(&node);
-                counted(&node, "/readyz", response)
-            }),
-        )
-        .route(
-            "/metrics",
-            get(|State(node): State<Arc<Node>>| async move {
-                let response = metrics(&node);
-                counted(&node, "/metrics", response)
-            }),
-        )
+    let unmatched = Timed::new(&node, "unmatched");
+    probe_routes(Router::new(), &node)
         .fallback(
-            |State(node): State<Arc<Node>>, method: Method, uri: Uri| async move {
-                counted(&node, "unmatched", not_found(&method, &uri))
+            move |State(node): State<Arc<Node>>, method: Method, uri: Uri| async move {
+                let started = Instant::now();
+                unmatched.done(&node, started, not_found(&method, &uri))
             },
         )
         .layer(RequestBodyLimitLayer::new(MAX_BODY_BYTES))
         .with_state(node)
 }
 
-/// Counts a request by route template and status.
-fn counted(node: &Node, route: &'static str, response: Response) -> Response {
-    node.metrics()
-        .request(Protocol::Http, route, response.status().as_u16());
+/// The routes both listeners serve: health, readiness, metrics and the status page.
+fn probe_routes(router: Router<Arc<Node>>, node: &Node) -> Router<Arc<Node>> {
+    let healthz = Timed::new(node, "/healthz");
+    let readyz_route = Timed::new(node, "/readyz");
+    let metrics_route = Timed::new(node, "/metrics");
+    let page = Timed::new(node, "/");
+    let script = Timed::new(node, "/status.js");
+    let status_route = Timed::new(node, "/v1/status");
+    router
+        .route(
+            "/",
+            get(
+                move |State(node): State<Arc<Node>>,
+                      query: Result<Query<PageQuery>, QueryRejection>| async move {
+                    let started = Instant::now();
+                    let decode = query.ok().and_then(|Query(q)| q.decode);
+                    let body = status::page(&node, decode.as_deref());
+                    page.done(&node, started, html(body))
+                },
+            ),
+        )
+        .route(
+            "/status.js",
+            get(move |State(node): State<Arc<Node>>| async move {
+                let started = Instant::now();
+                let mut response = Response::new(axum::body::Body::from(status::SCRIPT));
+                response.headers_mut().insert(
+                    header::CONTENT_TYPE,
+                    HeaderValue::from_static("text/javascript; charset=utf-8"),
+                );
+                script.done(&node, started, response)
+            }),
+        )
+        .route(
+            "/v1/status",
+            get(move |State(node): State<Arc<Node>>| async move {
+                let started = Instant::now();
+                let response = match serde_json::to_vec(&status::status(&node)) {
+                    Ok(body) => json(StatusCode::OK, body),
+                    Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()),
+                };
+                status_route.done(&node, started, response)
+            }),
+        )
+        .route(
+            "/healthz",
+            get(move |State(node): State<Arc<Node>>| async move {
+                let started = Instant::now();
+                let response = json(StatusCode::OK, r#"{"status":"ok"}"#);
+                healthz.done(&node, started, response)
+            }),
+        )
+        .route(
+            "/readyz",
+            get(move |State(node): State<Arc<Node>>| async move {
+                let started = Instant::now();
+                let response = readyz(&node);
+                readyz_route.done(&node, started, response)
+            }),
+        )
+        .route(
+            "/metrics",
+            get(move |State(node): State<Arc<Node>>| async move {
+                let started = Instant::now();
+                let response = metrics(&node);
+                metrics_route.done(&node, started, response)
+            }),
+        )
+}
+
+/// The status page's query: `?decode=ID` for the form that works without JavaScript.
+#[derive(Debug, serde::Deserialize)]
+struct PageQuery {
+    decode: Option<String>,
+}
+
+/// The status page: HTML, not cached, under its own Content-Security-Policy.
+fn html(body: String) -> Response {
+    let mut response = Response::new(axum::body::Body::from(body));
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/html; charset=utf-8"),
+    );
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    headers.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(status::CSP),
+    );
+    headers.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
     response
+}
+
+/// A route's name (a bounded metric label) and its latency histogram.
+#[derive(Debug, Clone)]
+struct Timed {
+    route: &'static str,
+    latency: Arc<Histogram>,
+}
+
+impl Timed {
+    fn new(node: &Node, route: &'static str) -> Timed {
+        Timed {
+            route,
+            latency: node.metrics().latency(Protocol::Http, route),
+        }
+    }
+
+    /// Every route template, `unmatched` first.
+    fn all(node: &Node) -> Arc<Vec<Timed>> {
+        let routes = std::iter::once("unmatched").chain(ROUTES.iter().copied());
+        Arc::new(routes.map(|r| Timed::new(node, r)).collect())
+    }
+
+    /// Counts a request by route template and status, and observes how long it took.
+    fn done(&self, node: &Node, started: Instant, response: Response) -> Response {
+        node.metrics()
+            .request(Protocol::Http, self.route, response.status().as_u16());
+        self.latency.observe(started.elapsed());
+        response
+    }
 }
 
 fn json(status: StatusCode, body: impl Into<axum::body::Body>) -> Response {

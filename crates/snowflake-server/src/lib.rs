@@ -15,11 +15,13 @@ pub mod config;
 pub mod fleet;
 pub mod grpc;
 pub mod http;
+pub mod latency;
 pub mod metrics;
 pub mod node;
 pub mod notify;
 pub mod resp;
 pub mod state;
+pub mod status;
 pub mod thrift;
 pub mod tls;
 
@@ -197,6 +199,11 @@ pub async fn run(
     let mut keeper = tokio::task::JoinSet::new();
     keeper.spawn(Arc::clone(&node).keep(stop_rx.clone()));
     keeper.spawn(notify::watch(Arc::clone(&node), stop_rx.clone()));
+    if let Some(coordinator) = node.coordinator() {
+        let (view, stop) = (node.fleet(), stop_rx.clone());
+        let datacenter_id = node.info().datacenter_id;
+        keeper.spawn(async move { view.keep_fresh(&*coordinator, datacenter_id, stop).await });
+    }
     let mut front_ends = tokio::task::JoinSet::new();
     if let Some(tls) = &listeners.tls {
         node.metrics().set_tls(Arc::clone(tls));

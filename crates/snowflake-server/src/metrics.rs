@@ -1,5 +1,6 @@
 //! Prometheus metrics, all named `snowflake_…`, with bounded label sets.
 
+use crate::latency::{Histogram, Latencies, LatencyCollector, RouteLatencies};
 use crate::node::{NodeShared, Protocol};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
@@ -100,6 +101,8 @@ pub struct Metrics {
     known_keys: std::sync::Mutex<std::collections::HashSet<String>>,
     /// The listeners' TLS, once the service runs with it.
     tls: Arc<std::sync::OnceLock<Arc<crate::tls::Tls>>>,
+    /// `snowflake_request_duration_seconds`.
+    latencies: Arc<Latencies>,
 }
 
 impl Metrics {
@@ -190,6 +193,8 @@ impl Metrics {
         registry.register_collector(Box::new(TlsCollector {
             tls: Arc::clone(&tls),
         }));
+        let latencies = Arc::new(Latencies::default());
+        registry.register_collector(Box::new(LatencyCollector(Arc::clone(&latencies))));
         Metrics {
             registry,
             ids_issued,
@@ -209,7 +214,19 @@ impl Metrics {
             resp_ids_by_key,
             known_keys: std::sync::Mutex::default(),
             tls,
+            latencies,
         }
+    }
+
+    /// A connection's own cache of the latency histograms of `protocol`'s routes.
+    pub fn route_latencies(&self, protocol: Protocol) -> RouteLatencies {
+        RouteLatencies::new(protocol.name(), Arc::clone(&self.latencies))
+    }
+
+    /// The latency histogram of `route` over `protocol`: fetch it once (per route closure or
+    /// connection), then observe each request with two atomic adds.
+    pub fn latency(&self, protocol: Protocol, route: &'static str) -> Arc<Histogram> {
+        self.latencies.histogram(protocol.name(), route)
     }
 
     /// Exposes the TLS metrics of `tls` (the certificate's expiry, reloads) from now on.
@@ -229,6 +246,25 @@ impl Metrics {
     /// keys of printable ASCII up to 64 bytes get their own label, the rest count as `other`.
     pub fn resp_key_ids(&self, key: &[u8], n: u64) {
         self.resp_key_counter(key).inc_by(n);
+    }
+
+    /// IDs issued since the start, over every protocol.
+    pub fn ids_issued_total(&self) -> u64 {
+        [
+            Protocol::Http,
+            Protocol::Grpc,
+            Protocol::Thrift,
+            Protocol::Resp,
+        ]
+        .into_iter()
+        .map(|protocol| {
+            self.ids_issued
+                .get_or_create(&ProtocolLabels {
+                    protocol: protocol.name(),
+                })
+                .get()
+        })
+        .sum()
     }
 
     /// Counts `n` IDs issued over `protocol`.
@@ -391,6 +427,20 @@ impl Collector for NodeCollector {
             gauge.encode(encoder.encode_descriptor(name, help, None, gauge.metric_type())?)?;
         }
 
+        {
+            let mut family = encoder.encode_descriptor(
+                "not_ready_reason",
+                "1 for the reason the node cannot issue IDs right now (0 for the others; all 0 while ready)",
+                None,
+                prometheus_client::metrics::MetricType::Gauge,
+            )?;
+            for reason in crate::node::NOT_READY_REASONS {
+                let value = i64::from(snapshot.not_ready_reason == Some(reason));
+                let labels = [("reason", reason)];
+                ConstGauge::new(value).encode(family.encode_family(&labels.as_slice())?)?;
+            }
+        }
+
         if let Some(lease) = shared.coordinator.as_ref().map(|c| c.info()) {
             for (name, help, value) in [
                 (
@@ -441,6 +491,36 @@ impl Collector for NodeCollector {
                     None,
                     counter.metric_type(),
                 )?)?;
+            }
+        }
+
+        if let Some(fleet) = shared.fleet.get().filter(|f| f.read_at_ms > 0) {
+            let held = u64::try_from(fleet.held.len()).unwrap_or(u64::MAX);
+            let datacenter = [("datacenter_id", fleet.datacenter_id.to_string())];
+            for (name, help, value) in [
+                (
+                    "fleet_pairs_held",
+                    "Worker ids held in this node's datacenter, as last read from the coordination service",
+                    clamp(held),
+                ),
+                (
+                    "fleet_pairs_free",
+                    "Worker ids free in this node's datacenter (what another node could still claim)",
+                    clamp(fleet.workers.saturating_sub(held)),
+                ),
+                (
+                    "fleet_read_timestamp_ms",
+                    "When the held pairs were last read successfully (Unix ms; 0 = never)",
+                    clamp(fleet.read_at_ms),
+                ),
+            ] {
+                let mut family = encoder.encode_descriptor(
+                    name,
+                    help,
+                    None,
+                    prometheus_client::metrics::MetricType::Gauge,
+                )?;
+                ConstGauge::new(value).encode(family.encode_family(&datacenter.as_slice())?)?;
             }
         }
         Ok(())

@@ -139,10 +139,45 @@ enum Blocker {
     PastLimit { limit_ms: u64 },
 }
 
+impl Blocker {
+    /// The reason as a bounded metric label, one of [`NOT_READY_REASONS`].
+    fn code(&self) -> &'static str {
+        match self {
+            Blocker::Phase(Phase::Starting) => "starting",
+            Blocker::Phase(Phase::WaitingForMark { .. }) => "waiting_for_mark",
+            Blocker::Phase(Phase::Ready) => "ready",
+            Blocker::Phase(Phase::PersistFailed { .. }) => "mark_write_failed",
+            Blocker::Phase(Phase::ShuttingDown) => "shutting_down",
+            Blocker::Fenced { .. } => "lease_not_proven",
+            Blocker::ClockStep(_) => "clock_step_untrusted",
+            Blocker::Behind { .. } => "clock_behind",
+            Blocker::PastLimit { .. } => "reservation_pending",
+        }
+    }
+}
+
+/// The values of `snowflake_not_ready_reason`'s `reason` label: why a node cannot issue IDs
+/// (starting; restarted and waiting for the clock to pass the mark; the last write of the mark
+/// failed, to the state directory or to the coordination service;
+/// draining; the lease cannot be proven; an untrusted forward clock step; the clock behind the
+/// last ID; the clock past the reservation while the next is written).
+pub const NOT_READY_REASONS: [&str; 8] = [
+    "starting",
+    "waiting_for_mark",
+    "mark_write_failed",
+    "shutting_down",
+    "lease_not_proven",
+    "clock_step_untrusted",
+    "clock_behind",
+    "reservation_pending",
+];
+
 /// A point-in-time view of the node, for metrics.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Snapshot {
     pub ready: bool,
+    /// Why not, as one of [`NOT_READY_REASONS`].
+    pub not_ready_reason: Option<&'static str>,
     pub waiting_for_mark: bool,
     pub persisted_mark_ms: u64,
 }
@@ -157,6 +192,8 @@ pub(crate) struct NodeShared {
     pub identity_source: &'static str,
     /// The coordination service that leased the pair, if any.
     pub coordinator: Option<Arc<dyn Coordinator>>,
+    /// The pairs held in the node's datacenter, as last read from the coordinator.
+    pub fleet: Arc<crate::fleet::FleetView>,
     status: Mutex<Status>,
 }
 
@@ -179,11 +216,16 @@ impl NodeShared {
         {
             return Some(Blocker::ClockStep(step));
         }
-        if status.phase != Phase::Ready {
+        let now_ms = self.generator.clock().now_ms();
+        // A mark that could not be written while the lease is down failed because of the
+        // lease: the fence is the reason to give.
+        let fenced = now_ms > status.fence_limit_ms;
+        if status.phase != Phase::Ready
+            && !(fenced && matches!(status.phase, Phase::PersistFailed { .. }))
+        {
             return Some(Blocker::Phase(status.phase.clone()));
         }
-        let now_ms = self.generator.clock().now_ms();
-        if now_ms > status.fence_limit_ms {
+        if fenced {
             return Some(Blocker::Fenced {
                 reason: fence_reason(status),
             });
@@ -204,8 +246,10 @@ impl NodeShared {
 
     pub(crate) fn snapshot(&self) -> Snapshot {
         let status = self.status();
+        let blocker = self.blocker(&status);
         Snapshot {
-            ready: self.can_issue(&status),
+            ready: blocker.is_none(),
+            not_ready_reason: blocker.as_ref().map(Blocker::code),
             waiting_for_mark: matches!(status.phase, Phase::WaitingForMark { .. }),
             persisted_mark_ms: status.persisted_mark_ms,
         }
@@ -362,6 +406,7 @@ impl Node {
                 .as_ref()
                 .map_or(config.identity_source, |c| c.source()),
             coordinator,
+            fleet: Arc::default(),
             status: Mutex::new(Status {
                 phase,
                 persisted_mark_ms: mark.map_or(0, |m| m.high_water_ms),
@@ -427,6 +472,12 @@ impl Node {
     /// The coordination service that leased the pair, if any.
     pub fn coordinator(&self) -> Option<Arc<dyn Coordinator>> {
         self.shared.coordinator.clone()
+    }
+
+    /// The pairs held in this node's datacenter, as last read from the coordinator (kept
+    /// fresh by the running service; empty without a coordinator).
+    pub fn fleet(&self) -> Arc<crate::fleet::FleetView> {
+        Arc::clone(&self.shared.fleet)
     }
 
     /// The metrics.
@@ -723,6 +774,11 @@ impl Node {
     /// How long one request may wait for the clock or for a reservation.
     pub fn request_timeout(&self) -> Duration {
         self.request_timeout
+    }
+
+    /// The timestamp (Unix ms) of the last issued ID, or of the mark resumed from (0 before).
+    pub fn last_issued_ms(&self) -> u64 {
+        self.shared.generator.last_issued_ms().unwrap_or(0)
     }
 
     /// The node's clock now (Unix ms): what Thrift's `get_timestamp` returns.

@@ -6,7 +6,7 @@ use crate::support::{Reply, T, TestServer, config, id_of};
 use hyper::StatusCode;
 use snowflake_core::{Clock, ManualClock};
 use snowflake_server::Config;
-use snowflake_server::fleet::{BoxFuture, Coordinator, Fence, LeaseInfo};
+use snowflake_server::fleet::{BoxFuture, Coordinator, Fence, HeldPair, LeaseInfo};
 use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -171,6 +171,22 @@ impl Coordinator for FakeLease {
             renewal_failures: 1,
             losses: 0,
         }
+    }
+
+    fn held_pairs(&self) -> BoxFuture<'_, Result<Vec<HeldPair>, String>> {
+        Box::pin(async move {
+            Ok(vec![HeldPair {
+                datacenter_id: 0,
+                worker_id: 0,
+                holder: "this host (pid 1)".into(),
+                address: "http=127.0.0.1:1".into(),
+                since: "2026-12-02T00:00:00.000Z".into(),
+            }])
+        })
+    }
+
+    fn workers_per_datacenter(&self) -> u64 {
+        32
     }
 }
 

@@ -460,6 +460,9 @@ async fn metrics_count_grpc_calls_by_method_and_code() {
         "snowflake_requests_total{protocol=\"grpc\",route=\"/snowflake.v1.Snowflake/NextIds\",status=\"3\"} 1",
         "snowflake_requests_total{protocol=\"grpc\",route=\"/snowflake.v1.Snowflake/NextId\",status=\"0\"} 1",
         "snowflake_requests_total{protocol=\"grpc\",route=\"/snowflake.v1.Snowflake/NextId\",status=\"14\"} 1",
+        // The fast path (NextId) and tonic's (NextIds) both observe their latency.
+        "snowflake_request_duration_seconds_count{protocol=\"grpc\",route=\"/snowflake.v1.Snowflake/NextId\"} 2\n",
+        "snowflake_request_duration_seconds_count{protocol=\"grpc\",route=\"/snowflake.v1.Snowflake/NextIds\"} 2\n",
     ] {
         assert!(text.contains(line), "missing {line:?} in\n{text}");
     }

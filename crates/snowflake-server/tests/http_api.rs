@@ -154,9 +154,18 @@ async fn metrics_count_ids_requests_and_refusals() {
         "snowflake_clock_backwards_refusals_total 1",
         "snowflake_sequence_exhaustion_waits_total",
         "snowflake_node{datacenter_id=\"0\",worker_id=\"0\",identity_source=\"static\"} 1",
-        "snowflake_ready 1",
+        // The clock is behind the last ID now: not ready, and why.
+        "\nsnowflake_ready 0\n",
+        "\nsnowflake_not_ready_reason{reason=\"clock_behind\"} 1\n",
+        "\nsnowflake_not_ready_reason{reason=\"starting\"} 0\n",
         "snowflake_restart_mark_waiting 0",
         "snowflake_high_water_mark_ms ",
+        // Each route's latency: two /v1/ids requests, one /v1/id (the refused one counts too).
+        "snowflake_request_duration_seconds_count{protocol=\"http\",route=\"/v1/ids\"} 2",
+        "snowflake_request_duration_seconds_count{protocol=\"http\",route=\"/v1/id\"} 1",
+        "snowflake_request_duration_seconds_bucket{le=\"0.00001\",protocol=\"http\",route=\"/v1/id\"}",
+        "snowflake_request_duration_seconds_bucket{le=\"+Inf\",protocol=\"http\",route=\"/v1/id\"} 1",
+        "# TYPE snowflake_request_duration_seconds histogram",
     ] {
         assert!(text.contains(line), "missing {line:?} in\n{text}");
     }

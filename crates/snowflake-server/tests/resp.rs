@@ -130,3 +130,28 @@ async fn a_client_that_never_reads_its_replies_loses_its_slot() {
         .unwrap();
     server.stop().await;
 }
+
+/// Pipelined commands each count in the latency histogram, observed when their batch's
+/// replies are written (one read, one write: the time from one to the other).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pipelined_commands_each_count_in_the_latency_histogram() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start(config(dir.path()), ManualClock::new(T)).await;
+    server.wait_ready().await;
+    let mut stream = TcpStream::connect(server.resp_addr.unwrap()).await.unwrap();
+    stream
+        .write_all(b"PING\r\nINCR a\r\nINCR a\r\nINCR b\r\nPING\r\n")
+        .await
+        .unwrap();
+    let replies = read_some(&mut stream, 7 * 2 + 3 * 22, Duration::from_secs(5)).await;
+    assert!(replies.starts_with(b"+PONG\r\n:"), "{replies:?}");
+    let metrics = server.get("/metrics").await.body;
+    for line in [
+        "snowflake_request_duration_seconds_count{protocol=\"resp\",route=\"incr\"} 3\n",
+        "snowflake_request_duration_seconds_count{protocol=\"resp\",route=\"ping\"} 2\n",
+        "snowflake_request_duration_seconds_bucket{le=\"+Inf\",protocol=\"resp\",route=\"incr\"} 3\n",
+    ] {
+        assert!(metrics.contains(line), "missing {line:?} in\n{metrics}");
+    }
+    server.stop().await;
+}

@@ -202,6 +202,12 @@ async fn every_method_over_one_connection() {
         "{metrics}"
     );
     assert!(metrics.contains("snowflake_ids_issued_total{protocol=\"thrift\"} 1"));
+    for line in [
+        "snowflake_request_duration_seconds_count{protocol=\"thrift\",route=\"get_id\"} 1\n",
+        "snowflake_request_duration_seconds_count{protocol=\"thrift\",route=\"get_timestamp\"} 1\n",
+    ] {
+        assert!(metrics.contains(line), "missing {line:?} in\n{metrics}");
+    }
     server.stop().await;
 }
 

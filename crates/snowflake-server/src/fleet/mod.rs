@@ -285,6 +285,121 @@ pub trait Coordinator: Send + Sync + fmt::Debug {
 
     /// The lease, for `/v1/info` and the metrics.
     fn info(&self) -> LeaseInfo;
+
+    /// The pairs held in this node's datacenter right now, as the coordination service shows
+    /// them (for the status page's fleet table and the free-pairs metric; read through a
+    /// [`FleetView`], never per page view).
+    fn held_pairs(&self) -> BoxFuture<'_, Result<Vec<HeldPair>, String>>;
+
+    /// How many worker ids the datacenter has (32 with the 2010 layout).
+    fn workers_per_datacenter(&self) -> u64;
+}
+
+/// One held pair, as the coordination service records it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct HeldPair {
+    /// The datacenter id.
+    pub datacenter_id: u64,
+    /// The worker id.
+    pub worker_id: u64,
+    /// Who holds it: host and process (etcd), or the ZooKeeper session.
+    pub holder: String,
+    /// Where it serves: its listeners (etcd), or its advertised Thrift address (ZooKeeper).
+    pub address: String,
+    /// Since when (ISO-8601 UTC): the holder's start (etcd), the znode's creation (ZooKeeper).
+    pub since: String,
+}
+
+/// How often a node reads the held pairs of its datacenter again.
+pub const FLEET_REFRESH: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// The last read of the held pairs, refreshed in the background every [`FLEET_REFRESH`]:
+/// page views and scrapes read this copy, so they cannot load the coordination service.
+#[derive(Debug, Default)]
+pub struct FleetView {
+    last: Mutex<Option<FleetRead>>,
+}
+
+/// One read of the held pairs.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct FleetRead {
+    /// The node's datacenter.
+    pub datacenter_id: u64,
+    /// Worker ids per datacenter.
+    pub workers: u64,
+    /// The pairs, by worker id; empty when the read failed.
+    pub held: Vec<HeldPair>,
+    /// Why the last read failed, if it did (`held` is then the last good read).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// When `held` was read (Unix ms).
+    pub read_at_ms: u64,
+}
+
+impl FleetView {
+    /// The last read, if any.
+    pub fn get(&self) -> Option<FleetRead> {
+        self.last
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner())
+            .clone()
+    }
+
+    /// Reads the held pairs from `coordinator` now, keeping the previous pairs if it fails.
+    pub async fn refresh(&self, coordinator: &dyn Coordinator, datacenter_id: u64) {
+        let read = coordinator.held_pairs().await;
+        let now_ms = u64::try_from(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default()
+                .as_millis(),
+        )
+        .unwrap_or(0);
+        let mut last = self
+            .last
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner());
+        match read {
+            Ok(mut held) => {
+                held.sort_by_key(|p| (p.datacenter_id, p.worker_id));
+                *last = Some(FleetRead {
+                    datacenter_id,
+                    workers: coordinator.workers_per_datacenter(),
+                    held,
+                    error: None,
+                    read_at_ms: now_ms,
+                });
+            }
+            Err(error) => match last.as_mut() {
+                Some(previous) => previous.error = Some(error),
+                None => {
+                    *last = Some(FleetRead {
+                        datacenter_id,
+                        workers: coordinator.workers_per_datacenter(),
+                        held: Vec::new(),
+                        error: Some(error),
+                        read_at_ms: 0,
+                    });
+                }
+            },
+        }
+    }
+
+    /// Refreshes the view every [`FLEET_REFRESH`] until `stop` flips.
+    pub async fn keep_fresh(
+        &self,
+        coordinator: &dyn Coordinator,
+        datacenter_id: u64,
+        mut stop: watch::Receiver<bool>,
+    ) {
+        loop {
+            self.refresh(coordinator, datacenter_id).await;
+            tokio::select! {
+                () = tokio::time::sleep(FLEET_REFRESH) => {}
+                _ = stop.wait_for(|stop| *stop) => return,
+            }
+        }
+    }
 }
 
 /// Reads a pair's high-water mark as stored in a coordination service: JSON with

@@ -51,7 +51,7 @@
 
 use crate::config::ZooKeeperConfig;
 use crate::fleet::{
-    BoxFuture, Coordinator, Fence, LeaseInfo, Proof, StoredMark, check_mark_in_layout,
+    BoxFuture, Coordinator, Fence, HeldPair, LeaseInfo, Proof, StoredMark, check_mark_in_layout,
     lowered_mark_json, mark_json, parse_mark,
 };
 use crate::thrift::peer::Peer;
@@ -1208,6 +1208,46 @@ impl Coordinator for ZooKeeperRegistration {
             "not confirmed in time; ZooKeeper is out of reach",
             |own| (Some(own.session.clone()), own.timeout.as_secs()),
         )
+    }
+
+    fn held_pairs(&self) -> BoxFuture<'_, Result<Vec<HeldPair>, String>> {
+        Box::pin(async move {
+            let (client, timeout) = {
+                let state = self.proof.lock();
+                (state.own.client.clone(), call_timeout(state.own.timeout))
+            };
+            let client = client.ok_or_else(|| "no ZooKeeper session right now".to_owned())?;
+            let path = &self.config.path;
+            let children = bounded(timeout, client.list_children(path))
+                .await
+                .map_err(|e| format!("cannot list {path} in ZooKeeper: {e}"))?;
+            let mut held = Vec::new();
+            for child in children {
+                let Ok(worker_id) = child.parse::<u64>() else {
+                    continue;
+                };
+                let znode = format!("{path}/{child}");
+                match bounded(timeout, client.get_data(&znode)).await {
+                    Ok((data, stat)) => held.push(HeldPair {
+                        datacenter_id: self.datacenter_id,
+                        worker_id,
+                        holder: format!("session {:x}", stat.ephemeral_owner),
+                        address: String::from_utf8_lossy(&data).chars().take(100).collect(),
+                        since: snowflake_core::format_unix_ms(
+                            u64::try_from(stat.ctime).unwrap_or(0),
+                        ),
+                    }),
+                    // Gone between the listing and the read: not held any more.
+                    Err(CallError::Zk(zk::Error::NoNode)) => {}
+                    Err(e) => return Err(format!("cannot read {znode} in ZooKeeper: {e}")),
+                }
+            }
+            Ok(held)
+        })
+    }
+
+    fn workers_per_datacenter(&self) -> u64 {
+        self.layout.max_worker_id() + 1
     }
 }
 

@@ -10,6 +10,7 @@
 //! answered there, every other call goes to these tonic services.
 
 use crate::config::Config;
+use crate::latency::Histogram;
 use crate::node::{IssueError, Node, Protocol};
 use futures_util::{Stream, StreamExt};
 use pb::snowflake_server::{Snowflake, SnowflakeServer};
@@ -22,7 +23,7 @@ use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
@@ -72,16 +73,35 @@ const GET_INFO: &str = "/snowflake.v1.Snowflake/GetInfo";
 pub struct SnowflakeService {
     node: Arc<Node>,
     shutdown: watch::Receiver<bool>,
+    /// Each method's latency histogram.
+    latency: Arc<[(&'static str, Arc<Histogram>)]>,
 }
 
 impl SnowflakeService {
     /// The service; `shutdown` flipping to true cuts running `StreamIds` calls short.
     pub fn new(node: Arc<Node>, shutdown: watch::Receiver<bool>) -> SnowflakeService {
-        SnowflakeService { node, shutdown }
+        let latency = [NEXT_ID, NEXT_IDS, DECODE, STREAM_IDS, GET_INFO]
+            .into_iter()
+            .map(|method| (method, node.metrics().latency(Protocol::Grpc, method)))
+            .collect();
+        SnowflakeService {
+            node,
+            shutdown,
+            latency,
+        }
     }
 
-    /// Counts one call by method and gRPC status code.
-    fn counted<T>(&self, method: &'static str, result: Result<T, Status>) -> Result<T, Status> {
+    /// Counts one call by method and gRPC status code, and observes how long it took (for
+    /// `StreamIds`, until its first message was ready).
+    fn counted<T>(
+        &self,
+        method: &'static str,
+        started: Instant,
+        result: Result<T, Status>,
+    ) -> Result<T, Status> {
+        if let Some((_, latency)) = self.latency.iter().find(|(m, _)| *m == method) {
+            latency.observe(started.elapsed());
+        }
         let code = match &result {
             Ok(_) => tonic::Code::Ok,
             Err(status) => status.code(),
@@ -184,18 +204,20 @@ impl Snowflake for SnowflakeService {
         &self,
         _request: Request<NextIdRequest>,
     ) -> Result<Response<NextIdResponse>, Status> {
+        let started = Instant::now();
         let result = self.issue(1).await.map(|batches| {
             Response::new(NextIdResponse {
                 id: batches[0].first().as_i64(),
             })
         });
-        self.counted(NEXT_ID, result)
+        self.counted(NEXT_ID, started, result)
     }
 
     async fn next_ids(
         &self,
         request: Request<NextIdsRequest>,
     ) -> Result<Response<NextIdsResponse>, Status> {
+        let started = Instant::now();
         let result = async {
             let count = self
                 .node
@@ -205,13 +227,14 @@ impl Snowflake for SnowflakeService {
             Ok(Response::new(ids_response(batches, count)))
         }
         .await;
-        self.counted(NEXT_IDS, result)
+        self.counted(NEXT_IDS, started, result)
     }
 
     async fn decode(
         &self,
         request: Request<DecodeRequest>,
     ) -> Result<Response<DecodeResponse>, Status> {
+        let started = Instant::now();
         let result = (|| {
             let id = SnowflakeId::try_from(request.get_ref().id)
                 .map_err(|e| Status::invalid_argument(e.to_string()))?;
@@ -225,7 +248,7 @@ impl Snowflake for SnowflakeService {
                 time: decoded.time,
             }))
         })();
-        self.counted(DECODE, result)
+        self.counted(DECODE, started, result)
     }
 
     type StreamIdsStream = IdStream;
@@ -234,6 +257,7 @@ impl Snowflake for SnowflakeService {
         &self,
         request: Request<StreamIdsRequest>,
     ) -> Result<Response<IdStream>, Status> {
+        let started = Instant::now();
         let result = async {
             let StreamIdsRequest { count, chunk_size } = *request.get_ref();
             if !(1..=STREAM_MAX_COUNT).contains(&count) {
@@ -269,13 +293,14 @@ impl Snowflake for SnowflakeService {
             Ok(Response::new(stream))
         }
         .await;
-        self.counted(STREAM_IDS, result)
+        self.counted(STREAM_IDS, started, result)
     }
 
     async fn get_info(
         &self,
         _request: Request<GetInfoRequest>,
     ) -> Result<Response<GetInfoResponse>, Status> {
+        let started = Instant::now();
         let result = (|| {
             let info = self.node.info();
             Ok(Response::new(GetInfoResponse {
@@ -287,7 +312,7 @@ impl Snowflake for SnowflakeService {
                 ready: self.node.readiness().is_ok(),
             }))
         })();
-        self.counted(GET_INFO, result)
+        self.counted(GET_INFO, started, result)
     }
 }
 

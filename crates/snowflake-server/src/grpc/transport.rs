@@ -323,7 +323,7 @@ async fn next_id(
         Ok(Err(status)) => Err(status),
         Err(_elapsed) => Err(Status::cancelled("Timeout expired")),
     };
-    match shared.service.counted(NEXT_ID, result) {
+    match shared.service.counted(NEXT_ID, started.into_std(), result) {
         Ok(message) => {
             let response = Response::builder()
                 .status(http::StatusCode::OK)

@@ -10,6 +10,7 @@
 pub mod parse;
 
 use crate::config::Config;
+use crate::latency::RouteLatencies;
 use crate::node::{IssueError, Node, Protocol};
 use parse::Limits;
 use prometheus_client::metrics::counter::Counter;
@@ -127,10 +128,19 @@ struct Session {
     counters: Vec<(&'static str, bool, Counter)>,
     /// The last key's ID counter.
     key: Option<(Vec<u8>, Counter)>,
+    /// The latency histograms of the routes this connection used.
+    latencies: RouteLatencies,
+    /// The commands answered since the replies were last written, by route: all of them are
+    /// observed with the time from their batch's read to that write.
+    unwritten: Vec<(&'static str, u64)>,
 }
 
 impl Session {
     fn count_request(&mut self, node: &Node, route: &'static str, ok: bool) {
+        match self.unwritten.iter_mut().find(|(r, _)| *r == route) {
+            Some((_, n)) => *n += 1,
+            None => self.unwritten.push((route, 1)),
+        }
         if let Some((_, _, counter)) = self
             .counters
             .iter()
@@ -144,6 +154,18 @@ impl Session {
                 .request_counter(Protocol::Resp, route, if ok { 200 } else { 400 });
         counter.inc();
         self.counters.push((route, ok, counter));
+    }
+
+    /// Observes the latency of the commands answered since the last write: from `read_at`,
+    /// when their bytes arrived, to now, when their replies were written.
+    fn observe_written(&mut self, read_at: Instant) {
+        if self.unwritten.is_empty() {
+            return;
+        }
+        let elapsed = read_at.elapsed();
+        for (route, n) in self.unwritten.drain(..) {
+            self.latencies.get(route).observe_n(elapsed, n);
+        }
     }
 
     fn count_key(&mut self, node: &Node, key: &[u8], n: u64) {
@@ -179,6 +201,8 @@ async fn connection<S>(
         quit: false,
         counters: Vec::new(),
         key: None,
+        latencies: node.metrics().route_latencies(Protocol::Resp),
+        unwritten: Vec::new(),
     };
     let mut input = Vec::with_capacity(4096);
     let mut out = Vec::with_capacity(4096);
@@ -194,6 +218,8 @@ async fn connection<S>(
     let mut stop_rx = shutdown.clone();
     let stop = stop_rx.wait_for(|stop| *stop);
     tokio::pin!(stop);
+    // When the bytes being answered arrived (the idle timer's last read).
+    let mut read_at = idle.last;
     loop {
         // Everything complete in the buffer, in order.
         let mut used = 0;
@@ -213,8 +239,11 @@ async fn connection<S>(
                     if session.quit {
                         break;
                     }
-                    if out.len() >= FLUSH_BYTES && !idle.write(&mut stream, &mut out).await {
-                        return;
+                    if out.len() >= FLUSH_BYTES {
+                        if !idle.write(&mut stream, &mut out).await {
+                            return;
+                        }
+                        session.observe_written(read_at);
                     }
                 }
                 Ok(None) => break,
@@ -229,8 +258,11 @@ async fn connection<S>(
             }
         }
         input.drain(..used);
-        if !out.is_empty() && !idle.write(&mut stream, &mut out).await {
-            return;
+        if !out.is_empty() {
+            if !idle.write(&mut stream, &mut out).await {
+                return;
+            }
+            session.observe_written(read_at);
         }
         if session.quit || *shutdown.borrow() {
             return;
@@ -248,6 +280,7 @@ async fn connection<S>(
         if !read {
             return;
         }
+        read_at = idle.last;
     }
 }
 
@@ -700,6 +733,8 @@ mod tests {
             quit: false,
             counters: Vec::new(),
             key: None,
+            latencies: crate::latency::RouteLatencies::new("resp", std::sync::Arc::default()),
+            unwritten: Vec::new(),
         };
         let mut out = Vec::new();
         map_header(&mut out, &session, 3);

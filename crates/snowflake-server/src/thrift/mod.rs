@@ -23,6 +23,7 @@ mod generated;
 pub mod peer;
 
 use crate::config::Config;
+use crate::latency::RouteLatencies;
 use crate::node::{IssueError, Node, NotNow, Protocol};
 use bytes::Bytes;
 use futures_util::{SinkExt, StreamExt};
@@ -126,6 +127,7 @@ async fn connection(
         .max_frame_length(limits.max_frame_bytes)
         .new_codec();
     let mut framed = Framed::new(stream, codec);
+    let mut latencies = node.metrics().route_latencies(Protocol::Thrift);
     loop {
         let next = tokio::select! {
             next = tokio::time::timeout(limits.idle_timeout, framed.next()) => next,
@@ -142,7 +144,7 @@ async fn connection(
             }
             Ok(Some(Ok(frame))) => frame,
         };
-        let Some(reply) = answer(node, &frame, limits.max_frame_bytes).await else {
+        let Some(reply) = answer(node, &frame, limits.max_frame_bytes, &mut latencies).await else {
             node.metrics().thrift_bad_frames.inc();
             return;
         };
@@ -168,8 +170,15 @@ async fn connection(
 
 /// The reply frame for one request frame, or `None` when the frame does not even start with a
 /// Thrift message header (then nobody can be answered, and the connection is closed). An empty
-/// reply means a one-way message: nothing is sent back.
-async fn answer(node: &Node, frame: &[u8], max_frame_bytes: usize) -> Option<Vec<u8>> {
+/// reply means a one-way message: nothing is sent back. A call's latency is observed from
+/// its frame's arrival to its reply's encoding.
+async fn answer(
+    node: &Node,
+    frame: &[u8],
+    max_frame_bytes: usize,
+    latencies: &mut RouteLatencies,
+) -> Option<Vec<u8>> {
+    let started = Instant::now();
     let config = TConfiguration::builder()
         .max_frame_size(Some(max_frame_bytes))
         .max_message_size(Some(max_frame_bytes))
@@ -203,6 +212,7 @@ async fn answer(node: &Node, frame: &[u8], max_frame_bytes: usize) -> Option<Vec
                     &message,
                 );
                 node.metrics().request(Protocol::Thrift, method, 400);
+                latencies.get(method).observe(started.elapsed());
                 return Some(out);
             }
         }
@@ -284,6 +294,7 @@ async fn answer(node: &Node, frame: &[u8], max_frame_bytes: usize) -> Option<Vec
         }
         node.metrics()
             .request(Protocol::Thrift, method, handler.status.get());
+        latencies.get(method).observe(started.elapsed());
         return Some(out);
     }
 }
@@ -450,7 +461,7 @@ mod tests {
         #[test]
         fn arbitrary_messages_get_an_answer_or_a_close(bytes in proptest::collection::vec(any::<u8>(), 0..256)) {
             let (node, _dir) = node();
-            let reply = runtime().block_on(answer(&node, &bytes, 65_536));
+            let reply = runtime().block_on(answer(&node, &bytes, 65_536, &mut node.metrics().route_latencies(Protocol::Thrift)));
             if let Some(reply) = reply {
                 prop_assert!(reply.is_empty() || reply[..2] == [0x80, 0x01], "{reply:?}");
                 prop_assert!(reply.len() < 512);
@@ -465,7 +476,7 @@ mod tests {
             args in proptest::collection::vec(any::<u8>(), 0..128),
         ) {
             let (node, _dir) = node();
-            let reply = runtime().block_on(answer(&node, &call(method, &args), 65_536));
+            let reply = runtime().block_on(answer(&node, &call(method, &args), 65_536, &mut node.metrics().route_latencies(Protocol::Thrift)));
             let reply = reply.expect("a valid header is always answered");
             prop_assert!(reply.len() >= 12 && reply[..2] == [0x80, 0x01]);
         }

@@ -46,7 +46,7 @@ mod client;
 pub use client::{EtcdClient, EtcdError, KeepAliveStream};
 
 use crate::config::EtcdConfig;
-use crate::fleet::{BoxFuture, Coordinator, Fence, LeaseInfo, Proof, StoredMark};
+use crate::fleet::{BoxFuture, Coordinator, Fence, HeldPair, LeaseInfo, Proof, StoredMark};
 use snowflake_core::{Layout, format_unix_ms};
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
@@ -769,6 +769,71 @@ impl Coordinator for EtcdLease {
             "not renewed in time; etcd is out of reach",
             |lease| (Some(format!("{:x}", lease.lease_id)), lease.ttl_secs),
         )
+    }
+
+    fn held_pairs(&self) -> BoxFuture<'_, Result<Vec<HeldPair>, String>> {
+        Box::pin(async move {
+            let prefix = format!("{}/workers/{}/", self.config.prefix, self.datacenter_id);
+            let ttl_secs = self.proof.lock().own.ttl_secs;
+            let kvs = self
+                .client
+                .range_prefix(&prefix, call_timeout(ttl_secs))
+                .await
+                .map_err(|e| format!("cannot list {prefix} in etcd: {e}"))?;
+            Ok(kvs
+                .iter()
+                .filter_map(|kv| {
+                    let worker_id = std::str::from_utf8(&kv.key)
+                        .ok()?
+                        .strip_prefix(&prefix)?
+                        .parse()
+                        .ok()?;
+                    Some(held_pair(self.datacenter_id, worker_id, &kv.value))
+                })
+                .collect())
+        })
+    }
+
+    fn workers_per_datacenter(&self) -> u64 {
+        self.layout.max_worker_id() + 1
+    }
+}
+
+/// A claim key's value (the holder's JSON, or anything an operator wrote) as a table row.
+fn held_pair(datacenter_id: u64, worker_id: u64, value: &[u8]) -> HeldPair {
+    let holder: serde_json::Value = serde_json::from_slice(value).unwrap_or_default();
+    let text = |field: &str| {
+        holder
+            .get(field)
+            .and_then(|v| v.as_str())
+            .map(str::to_owned)
+    };
+    let who = match (
+        text("host"),
+        holder.get("pid").and_then(serde_json::Value::as_u64),
+    ) {
+        (Some(host), Some(pid)) => format!("{host} (pid {pid})"),
+        (Some(host), None) => host,
+        _ => String::from_utf8_lossy(value).chars().take(100).collect(),
+    };
+    let address = text("advertise_addr").unwrap_or_else(|| {
+        holder
+            .get("addresses")
+            .and_then(|a| a.as_array())
+            .map(|a| {
+                a.iter()
+                    .filter_map(|v| v.as_str())
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            })
+            .unwrap_or_default()
+    });
+    HeldPair {
+        datacenter_id,
+        worker_id,
+        holder: who,
+        address,
+        since: text("started_at").unwrap_or_default(),
     }
 }
 
