@@ -1004,3 +1004,52 @@ fn the_validator_rejects_unknown_fields_in_built_in_and_custom_resources() {
     let error = validate(&as_yaml(&[widget])).expect_err("no schema must fail");
     assert!(error.contains("Widget"), "{error}");
 }
+
+/// The PrometheusRule of every rendering is deploy/prometheus/alerts.yml, unchanged, and the
+/// ServiceMonitor names the scrape job `snowflake`, which those rules select on.
+#[test]
+fn the_prometheus_rule_is_alerts_yml_and_the_job_is_snowflake() {
+    let alerts = std::fs::read_to_string(repo().join("deploy/prometheus/alerts.yml")).unwrap();
+    let indented: String = alerts.lines().map(|l| format!("  {l}\n")).collect();
+    let wrapped = format!(
+        "apiVersion: monitoring.coreos.com/v1\nkind: PrometheusRule\nmetadata:\n  name: alerts-yml\nspec:\n{indented}"
+    );
+    let parsed =
+        validate(&wrapped).unwrap_or_else(|e| panic!("alerts.yml as a PrometheusRule: {e}"));
+    let expected = &parsed[0]["spec"];
+    assert!(
+        expected["groups"][0]["rules"]
+            .as_array()
+            .is_some_and(|r| r.len() >= 10),
+        "{expected}"
+    );
+    for (name, docs) in renderings() {
+        let [rule] = of_kind(docs, "PrometheusRule")[..] else {
+            panic!("{name}: one PrometheusRule")
+        };
+        assert_eq!(
+            &rule["spec"], expected,
+            "{name}: the PrometheusRule differs from deploy/prometheus/alerts.yml (copy it again)"
+        );
+        let [monitor] = of_kind(docs, "ServiceMonitor")[..] else {
+            panic!("{name}: one ServiceMonitor")
+        };
+        let job_label = monitor["spec"]["jobLabel"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{name}: the ServiceMonitor sets no jobLabel"));
+        let scraped = of_kind(docs, "Service")
+            .into_iter()
+            .find(|s| {
+                monitor["spec"]["selector"]["matchLabels"]
+                    .as_object()
+                    .unwrap()
+                    .iter()
+                    .all(|(k, v)| &s["metadata"]["labels"][k] == v)
+            })
+            .unwrap_or_else(|| panic!("{name}: the ServiceMonitor selects no Service"));
+        assert_eq!(
+            scraped["metadata"]["labels"][job_label], "snowflake",
+            "{name}: the job label would not be `snowflake`, which the alerts select"
+        );
+    }
+}
