@@ -180,3 +180,66 @@ fn the_image_serves_stops_cleanly_and_restarts_above_its_mark() {
         );
     }
 }
+
+/// The static binary resolves host names inside the image (which has no libc and no NSS
+/// modules): a node given its etcd by name (as a Kubernetes Service name would be) leases its
+/// pair. The name comes from the container's /etc/hosts (`--add-host`), read by glibc's built-in
+/// `files` source; the `dns` source is built in the same way.
+#[test]
+fn the_static_binary_resolves_the_etcd_host_name_in_the_image() {
+    let image = std::env::var("SNOWFLAKE_TEST_IMAGE").expect("SNOWFLAKE_TEST_IMAGE (scripts/test)");
+    let mut podman = Podman::new();
+    let dir = tempfile::tempdir().unwrap();
+    let (client, peer) = (free_port(), free_port());
+    let mut etcd = Command::new("etcd")
+        .arg("--data-dir")
+        .arg(dir.path().join("etcd"))
+        .args([
+            "--listen-client-urls",
+            &format!("http://127.0.0.1:{client}"),
+            "--advertise-client-urls",
+            &format!("http://127.0.0.1:{client}"),
+            "--listen-peer-urls",
+            &format!("http://127.0.0.1:{peer}"),
+            "--initial-advertise-peer-urls",
+            &format!("http://127.0.0.1:{peer}"),
+            "--initial-cluster",
+            &format!("default=http://127.0.0.1:{peer}"),
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("etcd (scripts/test installs etcd-server)");
+    let name = format!("snowflake-dns-{}", std::process::id());
+    let port = free_port();
+    podman.ok(&[
+        "run",
+        "--detach",
+        "--name",
+        &name,
+        "--network",
+        "host",
+        "--add-host",
+        "etcd.snowflake.test:127.0.0.1",
+        &image,
+        "serve",
+        "--etcd-endpoints",
+        &format!("http://etcd.snowflake.test:{client}"),
+        "--http-addr",
+        &format!("127.0.0.1:{port}"),
+        "--grpc-addr",
+        "off",
+        "--datacenter-id",
+        "5",
+    ]);
+    podman.containers.push(name.clone());
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    wait_ready(addr, &podman, &name);
+    let info = support::get(addr, "/v1/info").json();
+    assert_eq!(info["identity_source"], "etcd", "{info}");
+    assert_eq!(info["lease"]["state"], "held", "{info}");
+    assert_eq!(info["datacenter_id"], 5, "{info}");
+    podman.ok(&["stop", "--time", "20", &name]);
+    let _ = etcd.kill();
+    let _ = etcd.wait();
+}
