@@ -110,6 +110,13 @@ impl Metrics {
         let mut registry = Registry::with_prefix("snowflake");
         let ids_issued = Family::<ProtocolLabels, Counter>::default();
         registry.register("ids_issued", "IDs issued, by protocol", ids_issued.clone());
+        // Every protocol's series from the start (at 0), so rates and the status page's total
+        // see the same set whatever has been used yet.
+        for protocol in Protocol::ALL {
+            drop(ids_issued.get_or_create(&ProtocolLabels {
+                protocol: protocol.name(),
+            }));
+        }
         let requests = Family::<RequestLabels, Counter>::default();
         registry.register(
             "requests",
@@ -250,21 +257,16 @@ impl Metrics {
 
     /// IDs issued since the start, over every protocol.
     pub fn ids_issued_total(&self) -> u64 {
-        [
-            Protocol::Http,
-            Protocol::Grpc,
-            Protocol::Thrift,
-            Protocol::Resp,
-        ]
-        .into_iter()
-        .map(|protocol| {
-            self.ids_issued
-                .get_or_create(&ProtocolLabels {
-                    protocol: protocol.name(),
-                })
-                .get()
-        })
-        .sum()
+        Protocol::ALL
+            .into_iter()
+            .map(|protocol| {
+                self.ids_issued
+                    .get_or_create(&ProtocolLabels {
+                        protocol: protocol.name(),
+                    })
+                    .get()
+            })
+            .sum()
     }
 
     /// Counts `n` IDs issued over `protocol`.

@@ -26,6 +26,14 @@ pub enum Protocol {
 }
 
 impl Protocol {
+    /// Every front end.
+    pub const ALL: [Protocol; 4] = [
+        Protocol::Http,
+        Protocol::Grpc,
+        Protocol::Thrift,
+        Protocol::Resp,
+    ];
+
     /// The lowercase label value.
     pub const fn name(self) -> &'static str {
         match self {
