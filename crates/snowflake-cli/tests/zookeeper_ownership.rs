@@ -380,6 +380,46 @@ fn a_node_registers_over_tls_and_without_a_client_certificate_is_refused() {
     // Seen through the plaintext port: the registration and its protected mark.
     assert_eq!(zk.children(PATH), ["0"]);
     assert!(mark(&zk, 0) > 0);
+    // Protected for the digest identity only: over TLS, ZooKeeper also adds the certificate's
+    // subject to the session's identities, and an `auth` ACL would grant it too.
+    for path in [PATH, MARKS, &format!("{PATH}/0"), &format!("{MARKS}/0")] {
+        let acl = zk.cli(&[&format!("getAcl {path}")]);
+        assert!(
+            acl.contains("'world,'anyone\n: r") && acl.contains("'digest,'snowflake:"),
+            "{path}: {acl}"
+        );
+        assert!(
+            !acl.contains("x509"),
+            "{path} grants the certificate: {acl}"
+        );
+    }
+    // The fleet's certificate with a wrong password: the digest identity is what counts.
+    let wrong = auth_file(secrets.path(), "zk-wrong", "snowflake:not-it");
+    let wrong_dir = temp_dir();
+    let intruder = crate::support::Serve::new(wrong_dir.path())
+        .args(["--zookeeper", &zk.secure_connect_string()])
+        .args([
+            "--zookeeper-session-timeout-ms",
+            "4000",
+            "--claim-timeout-secs",
+            "3",
+        ])
+        .arg("--zookeeper-auth-file")
+        .arg(&wrong)
+        .arg("--zookeeper-ca")
+        .arg(certs.path("ca.crt"))
+        .arg("--zookeeper-cert")
+        .arg(certs.path("client.crt"))
+        .arg("--zookeeper-key")
+        .arg(certs.path("client.key"))
+        .run_to_exit();
+    assert_exit(&intruder, 1);
+    assert!(
+        intruder.stderr.contains("NoAuth") || intruder.stderr.contains("not authorized"),
+        "{}",
+        intruder.stderr
+    );
+    assert_eq!(zk.children(PATH), ["0"], "the intruder registered");
 
     // No client certificate: the secure port refuses the handshake.
     let other = temp_dir();

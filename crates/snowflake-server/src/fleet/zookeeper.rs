@@ -244,35 +244,62 @@ async fn close(client: Arc<zk::Client>, timeout: Duration) -> bool {
     tokio::time::timeout(timeout, closed).await.is_ok()
 }
 
-/// With a digest identity (`--zookeeper-auth-file`): anyone may read (the 2010 tooling's view),
-/// and only the session's own authenticated identity (the `auth` scheme, which ZooKeeper
-/// expands to it) may do anything else.
-static PROTECTED: [zk::Acl; 2] = [
-    zk::Acl::new_const(zk::Permission::READ, "world", "anyone"),
-    zk::Acl::new_const(zk::Permission::ALL, "auth", ""),
-];
-
 /// The ACLs of every znode the node creates: protected with a digest identity, else open as in
 /// 2010. ACLs are not inherited, so every create sets them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Protection {
     Open,
-    Digest,
+    /// Anyone may read (the 2010 tooling's view), and only the digest identity
+    /// (`--zookeeper-auth-file`) may do anything else: `world:anyone:r` and
+    /// `digest:USER:HASH:cdrwa`, spelt out. Not the `auth` scheme, which ZooKeeper expands to
+    /// every identity of the session, and over TLS that includes the client certificate's
+    /// subject (`x509:CN=…`): a process holding the fleet's certificate and a wrong password
+    /// would then own the znodes too.
+    Digest(&'static [zk::Acl]),
+}
+
+/// ZooKeeper's digest of `user:password` (`DigestAuthenticationProvider`): `user:` and the
+/// base64 of the SHA-1 of the whole line.
+fn digest_id(identity: &str) -> String {
+    use base64::Engine as _;
+    let user = identity.split_once(':').map_or(identity, |(user, _)| user);
+    let hash = ring::digest::digest(&ring::digest::SHA1_FOR_LEGACY_USE_ONLY, identity.as_bytes());
+    format!(
+        "{user}:{}",
+        base64::engine::general_purpose::STANDARD.encode(hash.as_ref())
+    )
+}
+
+/// The protected ACLs of `identity`, made once per identity for the life of the process (a
+/// process has one; `CreateOptions` borrows its ACLs for `'static`).
+fn digest_acls(identity: &str) -> &'static [zk::Acl] {
+    static MADE: std::sync::Mutex<Vec<(String, &'static [zk::Acl])>> =
+        std::sync::Mutex::new(Vec::new());
+    let id = digest_id(identity);
+    let mut made = MADE.lock().unwrap_or_else(|poison| poison.into_inner());
+    if let Some((_, acls)) = made.iter().find(|(known, _)| *known == id) {
+        return acls;
+    }
+    let acls: &'static [zk::Acl] = Box::leak(Box::new([
+        zk::Acl::new_const(zk::Permission::READ, "world", "anyone"),
+        zk::Acl::new(zk::Permission::ALL, zk::AuthId::new("digest", &id)),
+    ]));
+    made.push((id, acls));
+    acls
 }
 
 impl Protection {
     fn of(config: &ZooKeeperConfig) -> Protection {
-        if config.auth.is_some() {
-            Protection::Digest
-        } else {
-            Protection::Open
+        match &config.auth {
+            Some(identity) => Protection::Digest(digest_acls(identity.expose())),
+            None => Protection::Open,
         }
     }
 
     fn acls(self) -> zk::Acls<'static> {
         match self {
             Protection::Open => zk::Acls::anyone_all(),
-            Protection::Digest => zk::Acls::new(&PROTECTED),
+            Protection::Digest(acls) => zk::Acls::new(acls),
         }
     }
 
@@ -1441,4 +1468,32 @@ fn margin(timeout: Duration) -> Duration {
 /// One call's time limit: a third of the session timeout, at most 2 s.
 fn call_timeout(timeout: Duration) -> Duration {
     (timeout / 3).min(MAX_CALL_TIMEOUT)
+}
+
+#[cfg(test)]
+mod digest_tests {
+    #[test]
+    fn the_digest_id_is_zookeepers() {
+        // `printf snowflake:zk-pass-7 | openssl dgst -binary -sha1 | base64` (COMPONENTS.md §8).
+        assert_eq!(
+            super::digest_id("snowflake:zk-pass-7"),
+            "snowflake:5ZvEtu0UOpFmetCdLlpab3owKiM="
+        );
+    }
+
+    #[test]
+    fn an_identity_gets_read_for_anyone_and_all_for_its_digest_only() {
+        let acls = super::digest_acls("snowflake:zk-pass-7");
+        assert_eq!(acls.len(), 2);
+        assert!(std::ptr::eq(
+            acls,
+            super::digest_acls("snowflake:zk-pass-7")
+        ));
+        let text = format!("{acls:?}");
+        assert!(
+            text.contains("digest") && text.contains("5ZvEtu0UOpFmetCdLlpab3owKiM="),
+            "{text}"
+        );
+        assert!(!text.contains("\"auth\""), "{text}");
+    }
 }
