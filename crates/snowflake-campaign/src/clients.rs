@@ -1,8 +1,12 @@
 //! Clients over HTTP, gRPC, Thrift and RESP that ask one node for IDs, single and in batches, and
 //! record every operation: the node, the protocol, when it was sent and answered (on the
-//! campaign's monotonic clock), and the IDs or the error with its reason.
+//! campaign's monotonic clock), and the IDs or the error with its reason. In secure mode HTTP,
+//! gRPC and RESP go over TLS with the campaign's client certificate (the nodes require one);
+//! Thrift stays plaintext, as the service serves it.
 
+use crate::fleet::Check;
 use crate::rng::Rng;
+use crate::secure::ClientTls;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Empty};
 use serde::Serialize;
@@ -11,7 +15,7 @@ use snowflake_proto::v1::{NextIdRequest, NextIdsRequest};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 
@@ -71,6 +75,8 @@ pub struct Target {
     pub grpc: SocketAddr,
     pub thrift: SocketAddr,
     pub resp: SocketAddr,
+    /// Secure mode: TLS (with the campaign's client certificate) for HTTP, gRPC and RESP.
+    pub tls: Option<Arc<ClientTls>>,
 }
 
 pub fn unix_ms() -> u64 {
@@ -94,6 +100,7 @@ pub async fn run(
     let mut grpc: Option<SnowflakeClient<tonic::transport::Channel>> = None;
     let mut thrift: Option<TcpStream> = None;
     let mut resp: Option<RespConn> = None;
+    let tls = target.tls.as_deref();
     while !*stop.borrow() {
         // Singles half the time, else a batch of up to 64 (Thrift has no batch call).
         let count = if protocol == Protocol::Thrift || rng.below(2) == 0 {
@@ -104,10 +111,10 @@ pub async fn run(
         let sent = started.elapsed();
         let outcome = match tokio::time::timeout(REQUEST_TIMEOUT, async {
             match protocol {
-                Protocol::Http => http_call(&mut http, target.http, count).await,
-                Protocol::Grpc => grpc_call(&mut grpc, target.grpc, count).await,
+                Protocol::Http => http_call(&mut http, target.http, tls, count).await,
+                Protocol::Grpc => grpc_call(&mut grpc, target.grpc, tls, count).await,
                 Protocol::Thrift => thrift_call(&mut thrift, target.thrift).await,
-                Protocol::Resp => resp_call(&mut resp, target.resp, count).await,
+                Protocol::Resp => resp_call(&mut resp, target.resp, tls, count).await,
                 // Over every node at once: `run_library`.
                 Protocol::Client => Outcome::NoAnswer("not a one-node protocol".into()),
             }
@@ -159,20 +166,23 @@ pub async fn run_library(
     pause: Duration,
     mut stop: watch::Receiver<bool>,
 ) {
-    let client =
-        match snowflake_client::ClientBuilder::new(targets.iter().map(|t| t.grpc.to_string()))
+    let mut builder =
+        snowflake_client::ClientBuilder::new(targets.iter().map(|t| t.grpc.to_string()))
             .call_timeout(Duration::from_millis(500))
             .give_up_after(REQUEST_TIMEOUT)
             .backoff(Duration::from_millis(50), Duration::from_secs(1))
-            .max_ids_per_call(64)
-            .build()
-        {
-            Ok(client) => client,
-            Err(e) => {
-                eprintln!("campaign: the client library's client did not start: {e}");
-                return;
-            }
-        };
+            .max_ids_per_call(64);
+    if let Some(tls) = targets.first().and_then(|t| t.tls.as_ref()) {
+        // The library's own TLS options: its CA and client certificate, mutual TLS.
+        builder = builder.tls(tls.library.clone());
+    }
+    let client = match builder.build() {
+        Ok(client) => client,
+        Err(e) => {
+            eprintln!("campaign: the client library's client did not start: {e}");
+            return;
+        }
+    };
     while !*stop.borrow() {
         let count = if rng.below(2) == 0 {
             1
@@ -212,22 +222,146 @@ pub async fn run_library(
     client.close();
 }
 
+/// One request for one ID over `protocol` to `target` on a fresh connection, over `tls` (or
+/// plaintext), within [`REQUEST_TIMEOUT`].
+async fn one_call(target: &Target, protocol: Protocol, tls: Option<&ClientTls>) -> Outcome {
+    let call = async {
+        match protocol {
+            Protocol::Http => http_call(&mut None, target.http, tls, 1).await,
+            Protocol::Grpc => grpc_call(&mut None, target.grpc, tls, 1).await,
+            Protocol::Thrift => thrift_call(&mut None, target.thrift).await,
+            Protocol::Resp => resp_call(&mut None, target.resp, tls, 1).await,
+            Protocol::Client => Outcome::NoAnswer("not a one-node protocol".into()),
+        }
+    };
+    tokio::time::timeout(REQUEST_TIMEOUT, call)
+        .await
+        .unwrap_or_else(|_| Outcome::NoAnswer("timed out".into()))
+}
+
+/// Before the faults: one request over each protocol to `target` must get an ID, so that a
+/// misconfigured client or node stops the campaign at start instead of running with no IDs.
+/// In secure mode (`no_cert`: the campaign's TLS without its client certificate) also checks
+/// the refusals: HTTPS, gRPC and RESP without a client certificate, and plaintext HTTP to the
+/// HTTPS port, get no ID. Every answer is recorded in `history`.
+pub async fn preflight(
+    target: &Target,
+    started: Instant,
+    history: &History,
+    no_cert: Option<&ClientTls>,
+) -> anyhow::Result<Vec<Check>> {
+    let record = |protocol, sent: Duration, outcome: &Outcome| {
+        let received = started.elapsed();
+        history.lock().expect("history").push(Op {
+            node: target.node,
+            protocol,
+            count: 1,
+            sent_us: u64::try_from(sent.as_micros()).unwrap_or(u64::MAX),
+            received_us: u64::try_from(received.as_micros()).unwrap_or(u64::MAX),
+            received_unix_ms: unix_ms(),
+            outcome: outcome.clone(),
+        });
+    };
+    let tls = target.tls.as_deref();
+    for protocol in [
+        Protocol::Http,
+        Protocol::Grpc,
+        Protocol::Thrift,
+        Protocol::Resp,
+    ] {
+        let sent = started.elapsed();
+        let outcome = one_call(target, protocol, tls).await;
+        record(protocol, sent, &outcome);
+        if !matches!(outcome, Outcome::Ids(_)) {
+            anyhow::bail!(
+                "the campaign's {protocol:?} client{} got no ID from node {}: {outcome:?}",
+                if tls.is_some() && protocol != Protocol::Thrift {
+                    " (TLS, client certificate)"
+                } else {
+                    ""
+                },
+                target.node + 1
+            );
+        }
+    }
+    let Some(no_cert) = no_cert else {
+        return Ok(Vec::new());
+    };
+    let mut checks = Vec::new();
+    for (protocol, tls, name) in [
+        (
+            Protocol::Http,
+            Some(no_cert),
+            "HTTPS refuses a client without a certificate",
+        ),
+        (
+            Protocol::Grpc,
+            Some(no_cert),
+            "gRPC over TLS refuses a client without a certificate",
+        ),
+        (
+            Protocol::Resp,
+            Some(no_cert),
+            "RESP over TLS refuses a client without a certificate",
+        ),
+        (
+            Protocol::Http,
+            None,
+            "the HTTPS port refuses plaintext HTTP",
+        ),
+    ] {
+        let sent = started.elapsed();
+        let outcome = one_call(target, protocol, tls).await;
+        record(protocol, sent, &outcome);
+        checks.push(Check {
+            name: name.to_owned(),
+            passed: !matches!(outcome, Outcome::Ids(_)),
+            detail: format!("{outcome:?}"),
+        });
+    }
+    Ok(checks)
+}
+
 type HttpConn = hyper::client::conn::http1::SendRequest<Empty<Bytes>>;
 
-async fn http_call(conn: &mut Option<HttpConn>, addr: SocketAddr, count: u32) -> Outcome {
+/// A connection's byte stream: TCP, or TLS over TCP.
+trait Io: AsyncRead + AsyncWrite + Unpin + Send + 'static {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send + 'static> Io for T {}
+
+/// A TCP connection to `addr`, over TLS with `tls` (the server verified by its IP).
+async fn connect(
+    addr: SocketAddr,
+    tls: Option<&std::sync::Arc<rustls::ClientConfig>>,
+) -> Result<Box<dyn Io>, String> {
+    let tcp = TcpStream::connect(addr)
+        .await
+        .map_err(|e| format!("connect: {e}"))?;
+    match tls {
+        Some(config) => match ClientTls::connect(config, addr, tcp).await {
+            Ok(stream) => Ok(Box::new(stream)),
+            Err(e) => Err(format!("tls: {e}")),
+        },
+        None => Ok(Box::new(tcp)),
+    }
+}
+
+async fn http_call(
+    conn: &mut Option<HttpConn>,
+    addr: SocketAddr,
+    tls: Option<&ClientTls>,
+    count: u32,
+) -> Outcome {
     if conn.as_ref().is_none_or(|c| c.is_closed()) {
-        match TcpStream::connect(addr).await {
-            Ok(tcp) => {
-                let io = hyper_util::rt::TokioIo::new(tcp);
-                match hyper::client::conn::http1::handshake(io).await {
-                    Ok((send, connection)) => {
-                        tokio::spawn(connection);
-                        *conn = Some(send);
-                    }
-                    Err(e) => return Outcome::NoAnswer(format!("handshake: {e}")),
-                }
+        let io = match connect(addr, tls.map(|t| &t.http)).await {
+            Ok(io) => hyper_util::rt::TokioIo::new(io),
+            Err(e) => return Outcome::NoAnswer(e),
+        };
+        match hyper::client::conn::http1::handshake(io).await {
+            Ok((send, connection)) => {
+                tokio::spawn(connection);
+                *conn = Some(send);
             }
-            Err(e) => return Outcome::NoAnswer(format!("connect: {e}")),
+            Err(e) => return Outcome::NoAnswer(format!("handshake: {e}")),
         }
     }
     let send = conn.as_mut().expect("connected");
@@ -290,12 +424,19 @@ async fn http_call(conn: &mut Option<HttpConn>, addr: SocketAddr, count: u32) ->
 async fn grpc_call(
     client: &mut Option<SnowflakeClient<tonic::transport::Channel>>,
     addr: SocketAddr,
+    tls: Option<&ClientTls>,
     count: u32,
 ) -> Outcome {
     if client.is_none() {
-        let endpoint = match tonic::transport::Endpoint::from_shared(format!("http://{addr}")) {
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        let endpoint = match tonic::transport::Endpoint::from_shared(format!("{scheme}://{addr}")) {
             Ok(e) => e.connect_timeout(REQUEST_TIMEOUT),
             Err(e) => return Outcome::NoAnswer(format!("endpoint: {e}")),
+        };
+        let endpoint = match tls.map(|t| endpoint.clone().tls_config(t.grpc())) {
+            None => endpoint,
+            Some(Ok(endpoint)) => endpoint,
+            Some(Err(e)) => return Outcome::NoAnswer(format!("tls: {e}")),
         };
         match endpoint.connect().await {
             Ok(channel) => *client = Some(SnowflakeClient::new(channel)),
@@ -330,15 +471,20 @@ async fn grpc_call(
     }
 }
 
-/// A RESP connection and what it read beyond the last reply.
-type RespConn = (TcpStream, Vec<u8>);
+/// A RESP connection (TCP or TLS) and what it read beyond the last reply.
+type RespConn = (Box<dyn Io>, Vec<u8>);
 
 /// `INCR campaign` (one ID) or `INCRBY campaign N`: the N consecutive IDs ending at the reply.
-async fn resp_call(conn: &mut Option<RespConn>, addr: SocketAddr, count: u32) -> Outcome {
+async fn resp_call(
+    conn: &mut Option<RespConn>,
+    addr: SocketAddr,
+    tls: Option<&ClientTls>,
+    count: u32,
+) -> Outcome {
     if conn.is_none() {
-        match TcpStream::connect(addr).await {
-            Ok(tcp) => *conn = Some((tcp, Vec::new())),
-            Err(e) => return Outcome::NoAnswer(format!("connect: {e}")),
+        match connect(addr, tls.map(|t| &t.plain)).await {
+            Ok(io) => *conn = Some((io, Vec::new())),
+            Err(e) => return Outcome::NoAnswer(e),
         }
     }
     let (tcp, buf) = conn.as_mut().expect("connected");
@@ -353,6 +499,8 @@ async fn resp_call(conn: &mut Option<RespConn>, addr: SocketAddr, count: u32) ->
     };
     let answer = async {
         tcp.write_all(request.as_bytes()).await?;
+        // Over TLS the request may wait in the session's buffer until flushed.
+        tcp.flush().await?;
         loop {
             if let Some(end) = buf.windows(2).position(|w| w == b"\r\n") {
                 let line = String::from_utf8_lossy(&buf[..end]).into_owned();

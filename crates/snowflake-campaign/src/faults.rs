@@ -90,6 +90,10 @@ pub struct Record {
     pub offset_ms: i64,
     /// What went wrong applying or healing it (the campaign goes on).
     pub error: Option<String>,
+    /// `delete-claim` in secure mode: whether the operator's attempt without credentials was
+    /// refused (etcd: permission denied; ZooKeeper: NoAuth) before it deleted as itself.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub refused_without_auth: Option<bool>,
 }
 
 /// What is being faulted now, so that two faults do not fight over one target.
@@ -112,6 +116,7 @@ pub fn apply(
     let since = |t: Instant| u64::try_from(t.duration_since(started).as_micros()).unwrap_or(0);
     let start = Instant::now();
     let mut offset_ms = 0i64;
+    let mut refused_without_auth = None;
     let mut target = target;
     let result: anyhow::Result<()> = (|| {
         match kind {
@@ -220,7 +225,8 @@ pub fn apply(
             }
             Kind::DeleteClaim => {
                 let pick = rng.next_u64();
-                fleet.lock().expect("fleet").delete_claim(pick)?;
+                let deleted = fleet.lock().expect("fleet").delete_claim(pick)?;
+                refused_without_auth = deleted.and_then(|d| d.refused_without_auth);
                 std::thread::sleep(hold.min(Duration::from_secs(LEASE_TTL_SECS)));
             }
         }
@@ -242,6 +248,7 @@ pub fn apply(
         heal_us: since(Instant::now()),
         offset_ms,
         error: result.err().map(|e| format!("{e:#}")),
+        refused_without_auth,
     }
 }
 

@@ -1,12 +1,15 @@
 //! The fleet under test: a 3-member etcd and `snowflake serve` nodes, each in its own
-//! namespace of the [`Lab`], node clocks under libfaketime.
+//! namespace of the [`Lab`], node clocks under libfaketime; in secure mode with TLS and
+//! credentials everywhere (see `secure.rs`).
 
 use crate::lab::{Lab, Proc, run};
+use crate::secure::{EtcdUser, Secure, ZK_SECURE_PORT};
 use anyhow::{Context, bail};
 use std::collections::HashMap;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// The etcd key prefix of the campaign's fleet.
@@ -18,6 +21,13 @@ pub const ZK_SESSION_TIMEOUT_MS: u64 = 4000;
 /// ZooKeeper's jar and SLF4J's simple binding (Debian's `zookeeper`, `libslf4j-java`).
 const ZOOKEEPER_JAR: &str = "/usr/share/java/zookeeper.jar";
 const SLF4J_SIMPLE_JAR: &str = "/usr/share/java/slf4j-simple.jar";
+/// What ZooKeeper's Netty server needs on the class path for a TLS client port (Debian's
+/// `libnetty-java`), beyond the jars ZooKeeper's manifest names (COMPONENTS.md §8).
+const NETTY_JARS: [&str; 3] = [
+    "/usr/share/java/netty-codec.jar",
+    "/usr/share/java/netty-resolver.jar",
+    "/usr/share/java/netty-transport-native-unix-common.jar",
+];
 
 /// Where the nodes keep their worker ids.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
@@ -112,6 +122,9 @@ pub struct Member {
 pub struct Node {
     pub name: String,
     pub ip: Ipv4Addr,
+    /// Where readiness is asked: the HTTP listener, or in secure mode the admin listener
+    /// (plaintext, no client certificate).
+    probe: SocketAddr,
     args: Vec<String>,
     envs: Vec<(String, String)>,
     pub clock_file: PathBuf,
@@ -137,10 +150,122 @@ impl Node {
     }
 }
 
+/// A check of the secure mode's refusals (an unauthorized request must be refused), for the
+/// report.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Check {
+    pub name: String,
+    pub passed: bool,
+    /// What was seen (the refusal's message, or what was allowed that should not have been).
+    pub detail: String,
+}
+
+/// What an operator's deletion of a claim did.
+#[derive(Debug, Clone)]
+pub struct Deleted {
+    /// Secure mode: whether the same deletion without credentials was refused first
+    /// (`None`: not tried, or the claim was gone meanwhile).
+    pub refused_without_auth: Option<bool>,
+}
+
+/// How the campaign itself reaches the coordination service (its etcdctl and ZooKeeper
+/// sessions): the endpoints, and in secure mode its TLS identity and credentials. Cloned into
+/// the mark reader, so usable without holding the fleet.
+#[derive(Debug, Clone)]
+pub struct Access {
+    /// etcd's client URLs or ZooKeeper's connect string.
+    endpoints: String,
+    etcdctl: PathBuf,
+    secure: Option<Arc<Secure>>,
+    /// TLS for ZooKeeper's four-letter words (secure mode: there is no plaintext port).
+    four_letter: Option<Arc<rustls::ClientConfig>>,
+}
+
+impl Access {
+    /// etcdctl against every member as `who` (ignored without secure mode); its stdout.
+    pub fn etcdctl(&self, who: EtcdUser, args: &[&str]) -> anyhow::Result<String> {
+        self.etcdctl_with_input(who, args, None)
+    }
+
+    /// [`Access::etcdctl`] with `input` on its stdin (a new user's password).
+    fn etcdctl_with_input(
+        &self,
+        who: EtcdUser,
+        args: &[&str],
+        input: Option<&str>,
+    ) -> anyhow::Result<String> {
+        use std::io::Write;
+        use std::process::Stdio;
+        let mut command = Command::new(&self.etcdctl);
+        command
+            .env("ETCDCTL_API", "3")
+            .env_remove("ETCDCTL_USER")
+            .arg(format!("--endpoints={}", self.endpoints))
+            .args(["--dial-timeout=1s", "--command-timeout=3s"]);
+        if let Some(secure) = &self.secure {
+            command.args(secure.etcdctl_tls_args());
+            if let Some(user) = secure.etcdctl_user(who) {
+                // In the environment: a command line is visible to every user.
+                command.env("ETCDCTL_USER", user);
+            }
+        }
+        let mut child = command
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()?;
+        let mut stdin = child.stdin.take().context("etcdctl's stdin")?;
+        if let Some(input) = input {
+            stdin.write_all(input.as_bytes())?;
+        }
+        drop(stdin);
+        let out = child.wait_with_output()?;
+        if !out.status.success() {
+            bail!(
+                "etcdctl {}: {}",
+                args.join(" "),
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    /// A ZooKeeper session (over TLS with the campaign's certificate in secure mode, without
+    /// the fleet's digest identity: add it with `Client::auth` where needed), run to
+    /// completion.
+    pub fn zookeeper<T>(
+        &self,
+        call: impl AsyncFnOnce(&zookeeper_client::Client) -> anyhow::Result<T>,
+    ) -> anyhow::Result<T> {
+        let tls = match &self.secure {
+            Some(secure) => Some(secure.zookeeper_tls()?),
+            None => None,
+        };
+        with_zookeeper(&self.endpoints, tls, call)
+    }
+
+    /// A ZooKeeper four-letter word to the server at `ip`.
+    fn four_letter(&self, ip: Ipv4Addr, command: &str) -> String {
+        match &self.four_letter {
+            Some(tls) => {
+                crate::secure::four_letter_tls(tls, SocketAddr::from((ip, ZK_SECURE_PORT)), command)
+            }
+            None => four_letter(SocketAddr::from((ip, 2181)), command),
+        }
+    }
+}
+
 /// The fleet, and the lab it runs in (dropped last: it kills what is left).
 #[derive(Debug)]
 pub struct Fleet {
     pub mode: Mode,
+    /// The secure mode's files and secrets; `None`: plaintext, no credentials.
+    pub secure: Option<Arc<Secure>>,
+    /// How the campaign reaches the coordination service.
+    pub access: Access,
+    /// The secure mode's checks made at start.
+    pub checks: Vec<Check>,
     /// The coordination service's members: etcd members or ZooKeeper servers.
     pub members: Vec<Member>,
     pub nodes: Vec<Node>,
@@ -167,9 +292,18 @@ impl Drop for Fleet {
 }
 
 impl Fleet {
-    /// Starts a 3-member etcd and `nodes` nodes; returns once etcd is healthy and every node is
-    /// ready.
-    pub fn start(tools: Tools, mode: Mode, nodes: usize, dir: &Path) -> anyhow::Result<Fleet> {
+    /// Starts a 3-member etcd (or ZooKeeper) and `nodes` nodes; returns once the coordination
+    /// service is healthy and every node is ready. `secure`: TLS and credentials everywhere
+    /// (`secure.rs`), with `break_node_auth` the last node given a wrong password (it must stop
+    /// the start, with its log).
+    pub fn start(
+        tools: Tools,
+        mode: Mode,
+        nodes: usize,
+        dir: &Path,
+        secure: bool,
+        break_node_auth: bool,
+    ) -> anyhow::Result<Fleet> {
         let mut lab = Lab::new()?;
         lab.connect_self()?;
         let letter = match mode {
@@ -180,17 +314,32 @@ impl Fleet {
         let ips: Vec<Ipv4Addr> = (0..3)
             .map(|i| lab.add_host(&names[i], 11 + u8::try_from(i).expect("3")))
             .collect::<anyhow::Result<_>>()?;
+        let node_octets: Vec<u8> = (0..nodes)
+            .map(|i| u8::try_from(i).ok().and_then(|i| i.checked_add(21)))
+            .collect::<Option<_>>()
+            .context("too many nodes")?;
+        let secure = if secure {
+            let node_ips: Vec<Ipv4Addr> = node_octets.iter().map(|&o| lab.address(o)).collect();
+            let secure = Secure::create(&dir.join("secure"), &ips, &node_ips)
+                .context("making the secure mode's certificates")?;
+            if break_node_auth {
+                secure.write_wrong_password()?;
+            }
+            Some(Arc::new(secure))
+        } else {
+            None
+        };
         let mut members = Vec::new();
         for (i, (name, ip)) in names.iter().zip(&ips).enumerate() {
             let (program, args, envs) = match mode {
                 Mode::Etcd => (
                     tools.etcd.clone(),
-                    etcd_args(name, *ip, &names, &ips, dir)?,
+                    etcd_args(name, *ip, &names, &ips, dir, secure.as_deref())?,
                     vec![],
                 ),
                 Mode::Zookeeper => (
                     tools.java.clone(),
-                    zookeeper_args(i, *ip, &ips, dir)?,
+                    zookeeper_args(i, *ip, &ips, dir, secure.as_deref())?,
                     vec![],
                 ),
             };
@@ -207,8 +356,20 @@ impl Fleet {
                 proc,
             });
         }
+        let access = Access {
+            endpoints: endpoints(mode, &ips, secure.is_some()),
+            etcdctl: tools.etcdctl.clone(),
+            four_letter: match &secure {
+                Some(secure) => Some(secure.client_tls(true)?.plain),
+                None => None,
+            },
+            secure: secure.clone(),
+        };
         let mut fleet = Fleet {
             mode,
+            secure,
+            access,
+            checks: Vec::new(),
             members,
             nodes: Vec::new(),
             tools,
@@ -216,12 +377,15 @@ impl Fleet {
             lab,
         };
         fleet.wait_coordinator(Duration::from_secs(40))?;
+        if let (Some(secure), Mode::Etcd) = (&fleet.secure, mode) {
+            fleet.checks = fleet
+                .secure_etcd(secure)
+                .context("turning etcd's auth on")?;
+        }
         let endpoints = fleet.endpoints();
-        for i in 0..nodes {
+        for (i, &octet) in node_octets.iter().enumerate() {
             let name = format!("n{}", i + 1);
-            let ip = fleet
-                .lab
-                .add_host(&name, 21 + u8::try_from(i).context("too many nodes")?)?;
+            let ip = fleet.lab.add_host(&name, octet)?;
             let clock_file = dir.join(format!("{name}.faketime"));
             set_clock_file(&clock_file, "+0")?;
             let state_dir = dir.join(format!("{name}.state"));
@@ -287,6 +451,12 @@ impl Fleet {
             .iter()
             .map(ToString::to_string)
             .collect();
+            let mut args = args;
+            let mut probe = SocketAddr::from((ip, 8080));
+            if let Some(secure) = &fleet.secure {
+                args.extend(secure.node_args(mode, ip, break_node_auth && i + 1 == nodes));
+                probe = SocketAddr::from((ip, crate::secure::ADMIN_PORT));
+            }
             let envs = vec![
                 (
                     "LD_PRELOAD".into(),
@@ -303,6 +473,7 @@ impl Fleet {
             fleet.nodes.push(Node {
                 name,
                 ip,
+                probe,
                 args,
                 envs,
                 clock_file,
@@ -316,32 +487,175 @@ impl Fleet {
         for i in 0..nodes {
             fleet.wait_ready(i, Duration::from_secs(30))?;
         }
+        if let (Some(secure), Mode::Zookeeper) = (&fleet.secure, mode) {
+            let checks = fleet.secure_zookeeper_checks(secure)?;
+            fleet.checks.extend(checks);
+        }
         Ok(fleet)
     }
 
-    /// The nodes' `--etcd-endpoints` (`http://IP:2379,…`) or `--zookeeper` (`IP:2181,…`).
+    /// The nodes' `--etcd-endpoints` (`http://IP:2379,…`, `https://` in secure mode) or
+    /// `--zookeeper` (`IP:2181,…`, the TLS port 2281 in secure mode).
     pub fn endpoints(&self) -> String {
-        self.members
-            .iter()
-            .map(|m| match self.mode {
-                Mode::Etcd => format!("http://{}:2379", m.ip),
-                Mode::Zookeeper => format!("{}:2181", m.ip),
-            })
-            .collect::<Vec<_>>()
-            .join(",")
+        self.access.endpoints.clone()
     }
 
-    /// A ZooKeeper session for the campaign's own reads and deletions, run to completion.
-    fn with_zookeeper<T>(
-        &self,
-        call: impl AsyncFnOnce(&zookeeper_client::Client) -> anyhow::Result<T>,
-    ) -> anyhow::Result<T> {
-        with_zookeeper(&self.endpoints(), call)
+    /// Secure etcd: users, roles and auth on (as root over TLS, before auth is on), then
+    /// checks that the roles are what they should be: the fleet's user writes its prefix and
+    /// nothing else, the operator reads the marks but cannot write them, and a client with a
+    /// certificate but no user is refused.
+    fn secure_etcd(&self, secure: &Secure) -> anyhow::Result<Vec<Check>> {
+        for (command, input) in secure.etcd_auth_setup(PREFIX) {
+            let args: Vec<&str> = command.iter().map(String::as_str).collect();
+            self.access
+                .etcdctl_with_input(EtcdUser::Nobody, &args, input.as_deref())?;
+        }
+        let ping = format!("{PREFIX}/ping");
+        let marks = format!("{PREFIX}/marks/");
+        let allowed = [
+            (
+                EtcdUser::Fleet,
+                vec!["put", ping.as_str(), "2"],
+                "the fleet's user writes its prefix",
+            ),
+            (
+                EtcdUser::Operator,
+                vec!["get", "--prefix", "--keys-only", marks.as_str()],
+                "the operator reads the marks",
+            ),
+        ];
+        for (who, args, what) in allowed {
+            self.access
+                .etcdctl(who, &args)
+                .with_context(|| format!("{what} ({who:?})"))?;
+        }
+        let outside = "/outside-the-campaign";
+        let mark = format!("{PREFIX}/marks/0/31");
+        let refused = [
+            (
+                EtcdUser::Fleet,
+                vec!["put", outside, "x"],
+                "etcd refuses the fleet's user outside its prefix",
+            ),
+            (
+                EtcdUser::Operator,
+                vec!["put", mark.as_str(), "x"],
+                "etcd refuses the operator a write to a mark",
+            ),
+            (
+                EtcdUser::Nobody,
+                vec!["get", "--prefix", marks.as_str()],
+                "etcd refuses a client certificate without a user (its CN is no user)",
+            ),
+        ];
+        Ok(refused
+            .into_iter()
+            .map(|(who, args, name)| {
+                refusal(name, self.access.etcdctl(who, &args), "permission denied")
+            })
+            .collect())
+    }
+
+    /// Secure ZooKeeper, once the nodes registered: a session with the campaign's certificate
+    /// but not the fleet's digest identity may neither delete a registration nor change a mark
+    /// (NoAuth), and with the identity it may write every node's registration and mark (else
+    /// the start fails with that node's log: its `--zookeeper-auth-file` is not the fleet's,
+    /// though its certificate let it register); and what
+    /// ACL a registration has. Every attempt names a version no znode has, so that nothing
+    /// changes whatever the ACL: ZooKeeper checks the ACL first (NoAuth), then the version
+    /// (BadVersion: the ACL allowed it).
+    fn secure_zookeeper_checks(&self, secure: &Secure) -> anyhow::Result<Vec<Check>> {
+        let auth = secure.zk_auth();
+        let (acl, delete, set, held) = self
+            .access
+            .zookeeper(async |client| {
+                let mut workers = client.list_children(ZK_PATH).await?;
+                workers.sort();
+                let first = workers.first().context("no registration")?;
+                let registration = format!("{ZK_PATH}/{first}");
+                let mark = format!("{ZK_PATH}-marks/{first}");
+                let (acl, _) = client.get_acl(&registration).await?;
+                let delete = client.delete(&registration, Some(i32::MAX)).await;
+                let set = client
+                    .set_data(&mark, b"{}", Some(i32::MAX))
+                    .await
+                    .map(|_| ());
+                client.auth("digest", auth.as_bytes()).await?;
+                // The write right on each registration and mark itself (a deletion is judged by
+                // the parent's ACL, which the first node made).
+                let mut held = Vec::new();
+                for worker in &workers {
+                    let path = format!("{ZK_PATH}/{worker}");
+                    let (data, _) = client.get_data(&path).await?;
+                    let address = String::from_utf8_lossy(&data).into_owned();
+                    for path in [path, format!("{ZK_PATH}-marks/{worker}")] {
+                        let set = client.set_data(&path, b"{}", Some(i32::MAX)).await;
+                        held.push((path, address.clone(), set.map(|_| ())));
+                    }
+                }
+                Ok((acl, delete, set, held))
+            })
+            .context("checking ZooKeeper's ACLs")?;
+        for (path, data, set) in held {
+            if !matches!(set, Err(zookeeper_client::Error::BadVersion)) {
+                let node = self.nodes.iter().find(|n| data == format!("{}:7609", n.ip));
+                let log = node
+                    .and_then(|n| n.proc.as_ref())
+                    .map_or(String::new(), |p| p.tail(20));
+                bail!(
+                    "the fleet's identity may not write {path} (of {}: {set:?}); \
+                     its --zookeeper-auth-file is not the fleet's?\n{log}",
+                    node.map_or(data.as_str(), |n| n.name.as_str())
+                );
+            }
+        }
+        let outcome = |result: Result<(), zookeeper_client::Error>| match result {
+            Err(zookeeper_client::Error::NoAuth) => Err(anyhow::anyhow!("NoAuth")),
+            Err(e) => Err(anyhow::anyhow!("{e:?}")),
+            Ok(()) => Ok(String::new()),
+        };
+        let acl: Vec<String> = acl
+            .iter()
+            .map(|a| format!("{}:{}:{}", a.scheme(), a.id(), a.permission()))
+            .collect();
+        Ok(vec![
+            refusal(
+                "ZooKeeper refuses to delete a live registration without the fleet's identity",
+                outcome(delete),
+                "NoAuth",
+            ),
+            refusal(
+                "ZooKeeper refuses to change a mark without the fleet's identity",
+                outcome(set),
+                "NoAuth",
+            ),
+            Check {
+                name: "the fleet's identity may write every registration and mark \
+                       (BadVersion, not NoAuth, for a version no znode has)"
+                    .into(),
+                passed: true,
+                detail: "BadVersion".into(),
+            },
+            Check {
+                // SPEC §8: world:anyone:r plus all rights for the digest identity, and nothing
+                // for the session's certificate subject (x509), which an `auth` ACL would grant.
+                name: "a registration's ACL is world:anyone:r plus the fleet's digest identity only"
+                    .into(),
+                passed: acl.len() == 2
+                    && acl.iter().any(|a| a.starts_with("world:anyone:") && a.ends_with("READ"))
+                    && acl.iter().any(|a| a.starts_with("digest:") && a.ends_with("ALL")),
+                detail: acl.join(", "),
+            },
+        ])
     }
 
     /// An operator deletes one held claim: an etcd claim key, or a node's ephemeral znode.
-    /// Returns what was deleted (`None`: nothing was held).
-    pub fn delete_claim(&self, pick: u64) -> anyhow::Result<Option<String>> {
+    /// Returns `None` when nothing was held. In secure mode the operator first
+    /// tries without credentials (a client certificate only), which must be refused, then as
+    /// itself: etcd's operator user, or ZooKeeper's fleet identity (the znodes' ACL grants only
+    /// it).
+    pub fn delete_claim(&self, pick: u64) -> anyhow::Result<Option<Deleted>> {
+        let secure = self.secure.clone();
         match self.mode {
             Mode::Etcd => {
                 let keys = self.etcdctl(&[
@@ -355,10 +669,22 @@ impl Fleet {
                     return Ok(None);
                 }
                 let key = keys[usize::try_from(pick % keys.len() as u64).unwrap_or(0)];
-                self.etcdctl(&["del", key])?;
-                Ok(Some(key.to_owned()))
+                let refused_without_auth = match secure {
+                    Some(_) => match self.access.etcdctl(EtcdUser::Nobody, &["del", key]) {
+                        // Deleted without credentials: the fault happened, the check failed.
+                        Ok(_) => Some(false),
+                        Err(e) => Some(format!("{e:#}").contains("permission denied")),
+                    },
+                    None => None,
+                };
+                if refused_without_auth != Some(false) {
+                    self.etcdctl(&["del", key])?;
+                }
+                Ok(Some(Deleted {
+                    refused_without_auth,
+                }))
             }
-            Mode::Zookeeper => self.with_zookeeper(async |client| {
+            Mode::Zookeeper => self.access.zookeeper(async |client| {
                 let mut workers = client.list_children(ZK_PATH).await?;
                 if workers.is_empty() {
                     return Ok(None);
@@ -368,8 +694,24 @@ impl Fleet {
                     "{ZK_PATH}/{}",
                     workers[usize::try_from(pick % workers.len() as u64).unwrap_or(0)]
                 );
+                let mut refused_without_auth = None;
+                if let Some(secure) = &secure {
+                    match client.delete(&path, None).await {
+                        Err(zookeeper_client::Error::NoAuth) => refused_without_auth = Some(true),
+                        Err(zookeeper_client::Error::NoNode) => {}
+                        Err(e) => return Err(e.into()),
+                        Ok(()) => {
+                            return Ok(Some(Deleted {
+                                refused_without_auth: Some(false),
+                            }));
+                        }
+                    }
+                    client.auth("digest", secure.zk_auth().as_bytes()).await?;
+                }
                 match client.delete(&path, None).await {
-                    Ok(()) | Err(zookeeper_client::Error::NoNode) => Ok(Some(path)),
+                    Ok(()) | Err(zookeeper_client::Error::NoNode) => Ok(Some(Deleted {
+                        refused_without_auth,
+                    })),
                     Err(e) => Err(e.into()),
                 }
             }),
@@ -396,35 +738,26 @@ impl Fleet {
                 None
             }
             Mode::Zookeeper => self.members.iter().position(|m| {
-                four_letter(SocketAddr::from((m.ip, 2181)), "srvr").contains("Mode: leader")
+                self.access
+                    .four_letter(m.ip, "srvr")
+                    .contains("Mode: leader")
             }),
         }
     }
 
-    /// etcdctl against every member; its stdout.
+    /// etcdctl against every member (as the operator in secure mode); its stdout.
     pub fn etcdctl(&self, args: &[&str]) -> anyhow::Result<String> {
-        let out = Command::new(&self.tools.etcdctl)
-            .env("ETCDCTL_API", "3")
-            .arg(format!("--endpoints={}", self.endpoints()))
-            .args(["--dial-timeout=1s", "--command-timeout=3s"])
-            .args(args)
-            .output()?;
-        if !out.status.success() {
-            bail!(
-                "etcdctl {}: {}",
-                args.join(" "),
-                String::from_utf8_lossy(&out.stderr).trim()
-            );
-        }
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+        self.access.etcdctl(EtcdUser::Operator, args)
     }
 
     fn wait_coordinator(&self, timeout: Duration) -> anyhow::Result<()> {
         let deadline = Instant::now() + timeout;
         loop {
             let healthy = match self.mode {
+                // Before auth is on (secure mode): the client certificate only.
                 Mode::Etcd => self
-                    .etcdctl(&["put", &format!("{PREFIX}/ping"), "1"])
+                    .access
+                    .etcdctl(EtcdUser::Nobody, &["put", &format!("{PREFIX}/ping"), "1"])
                     .is_ok(),
                 Mode::Zookeeper => self.leader().is_some(),
             };
@@ -479,13 +812,24 @@ impl Fleet {
         restarted
     }
 
-    /// Waits until node `i` answers `/readyz` with 200.
-    pub fn wait_ready(&self, i: usize, timeout: Duration) -> anyhow::Result<()> {
+    /// Waits until node `i` answers `/readyz` with 200 (on its admin listener in secure
+    /// mode); fails at once, with its log, when the process exited.
+    pub fn wait_ready(&mut self, i: usize, timeout: Duration) -> anyhow::Result<()> {
         let deadline = Instant::now() + timeout;
-        let addr = self.nodes[i].http();
+        let addr = self.nodes[i].probe;
         loop {
             if http_status(addr, "/readyz") == Some(200) {
                 return Ok(());
+            }
+            let node = &mut self.nodes[i];
+            if let Some(proc) = &mut node.proc
+                && let Ok(Some(status)) = proc.child.try_wait()
+            {
+                bail!(
+                    "node {} exited ({status}) instead of becoming ready:\n{}",
+                    node.name,
+                    proc.tail(20)
+                );
             }
             if Instant::now() > deadline {
                 let tail = self.nodes[i]
@@ -506,8 +850,7 @@ impl Fleet {
     pub fn mark_reader(&self) -> MarkReader {
         MarkReader {
             mode: self.mode,
-            etcdctl: self.tools.etcdctl.clone(),
-            endpoints: self.endpoints(),
+            access: self.access.clone(),
             state_dirs: self.nodes.iter().map(|n| n.state_dir.clone()).collect(),
         }
     }
@@ -523,19 +866,25 @@ impl Fleet {
     }
 }
 
-/// A ZooKeeper session on `servers` for the campaign's own reads and deletions, run to
-/// completion.
+/// A ZooKeeper session on `servers` (over TLS with `tls`) for the campaign's own reads and
+/// deletions, run to completion.
 fn with_zookeeper<T>(
     servers: &str,
+    tls: Option<zookeeper_client::TlsOptions>,
     call: impl AsyncFnOnce(&zookeeper_client::Client) -> anyhow::Result<T>,
 ) -> anyhow::Result<T> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
     runtime.block_on(async {
-        let connect = zookeeper_client::Client::connector()
-            .with_session_timeout(Duration::from_secs(6))
-            .connect(servers);
+        let mut connector = zookeeper_client::Client::connector();
+        connector = connector.with_session_timeout(Duration::from_secs(6));
+        let connect = async {
+            match tls {
+                Some(tls) => connector.with_tls(tls).secure_connect(servers).await,
+                None => connector.connect(servers).await,
+            }
+        };
         let client = tokio::time::timeout(Duration::from_secs(8), connect)
             .await
             .context("no ZooKeeper session within 8 s")??;
@@ -551,8 +900,7 @@ fn with_zookeeper<T>(
 #[derive(Debug, Clone)]
 pub struct MarkReader {
     mode: Mode,
-    etcdctl: PathBuf,
-    endpoints: String,
+    access: Access,
     state_dirs: Vec<PathBuf>,
 }
 
@@ -562,19 +910,10 @@ impl MarkReader {
         let mut marks = HashMap::new();
         match self.mode {
             Mode::Etcd => {
-                let out = Command::new(&self.etcdctl)
-                    .env("ETCDCTL_API", "3")
-                    .arg(format!("--endpoints={}", self.endpoints))
-                    .args(["--dial-timeout=1s", "--command-timeout=3s"])
-                    .args(["get", "--prefix", &format!("{PREFIX}/marks/")])
-                    .output()?;
-                if !out.status.success() {
-                    bail!(
-                        "etcdctl get: {}",
-                        String::from_utf8_lossy(&out.stderr).trim()
-                    );
-                }
-                let out = String::from_utf8_lossy(&out.stdout);
+                let out = self.access.etcdctl(
+                    EtcdUser::Operator,
+                    &["get", "--prefix", &format!("{PREFIX}/marks/")],
+                )?;
                 let lines: Vec<&str> = out.lines().collect();
                 for pair in lines.chunks(2) {
                     let [key, value] = pair else { continue };
@@ -592,7 +931,7 @@ impl MarkReader {
             }
             Mode::Zookeeper => {
                 let path = format!("{ZK_PATH}-marks");
-                let found = with_zookeeper(&self.endpoints, async |client| {
+                let found = self.access.zookeeper(async |client| {
                     // A write first: `sync` is not enough, since a leader cut off from its
                     // followers keeps serving reads (and answers `sync` at once) until it
                     // notices, which a 30-minute run caught as marks "below" IDs. A server
@@ -706,6 +1045,24 @@ pub fn heal_all(fleet: &Fleet) {
     let _ = run("true", &[]);
 }
 
+/// A check that `result` was refused with `expected` in its message.
+fn refusal(name: &str, result: anyhow::Result<String>, expected: &str) -> Check {
+    let (passed, detail) = match result {
+        Ok(out) => (false, format!("allowed: {}", out.trim())),
+        Err(e) => {
+            // etcdctl's last line is its error; the lines before it are its retries' logs.
+            let message = format!("{e:#}");
+            let last = message.lines().last().unwrap_or_default().to_owned();
+            (message.contains(expected), last)
+        }
+    };
+    Check {
+        name: name.to_owned(),
+        passed,
+        detail,
+    }
+}
+
 /// `high_water_ms` of a mark's JSON.
 fn high_water_ms(value: &[u8]) -> Option<u64> {
     serde_json::from_slice::<serde_json::Value>(value).ok()?["high_water_ms"].as_u64()
@@ -725,13 +1082,30 @@ fn four_letter(addr: SocketAddr, command: &str) -> String {
     out
 }
 
-/// An etcd member's command line.
+/// The coordination service's client endpoints for members at `ips`: etcd's client URLs
+/// (`http://IP:2379,…`, `https://` in secure mode) or ZooKeeper's connect string (`IP:2181,…`,
+/// the TLS port 2281 in secure mode).
+fn endpoints(mode: Mode, ips: &[Ipv4Addr], secure: bool) -> String {
+    ips.iter()
+        .map(|ip| match (mode, secure) {
+            (Mode::Etcd, false) => format!("http://{ip}:2379"),
+            (Mode::Etcd, true) => format!("https://{ip}:2379"),
+            (Mode::Zookeeper, false) => format!("{ip}:2181"),
+            (Mode::Zookeeper, true) => format!("{ip}:{ZK_SECURE_PORT}"),
+        })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// An etcd member's command line; with `secure`, clients over https with client certificates
+/// (peers stay http inside the lab).
 fn etcd_args(
     name: &str,
     ip: Ipv4Addr,
     names: &[String],
     ips: &[Ipv4Addr],
     dir: &Path,
+    secure: Option<&Secure>,
 ) -> anyhow::Result<Vec<String>> {
     let cluster = names
         .iter()
@@ -740,15 +1114,16 @@ fn etcd_args(
         .collect::<Vec<_>>()
         .join(",");
     let data = dir.join(format!("{name}.etcd"));
-    Ok([
+    let client_url = endpoints(Mode::Etcd, &[ip], secure.is_some());
+    let mut args: Vec<String> = [
         "--name",
         name,
         "--data-dir",
         data.to_str().context("path")?,
         "--listen-client-urls",
-        &format!("http://{ip}:2379"),
+        &client_url,
         "--advertise-client-urls",
-        &format!("http://{ip}:2379"),
+        &client_url,
         "--listen-peer-urls",
         &format!("http://{ip}:2380"),
         "--initial-advertise-peer-urls",
@@ -766,7 +1141,11 @@ fn etcd_args(
     ]
     .iter()
     .map(ToString::to_string)
-    .collect())
+    .collect();
+    if let Some(secure) = secure {
+        args.extend(secure.etcd_member_args());
+    }
+    Ok(args)
 }
 
 /// A ZooKeeper server's command line: server `index` (0-based) of an ensemble
@@ -776,6 +1155,7 @@ fn zookeeper_args(
     ip: Ipv4Addr,
     ips: &[Ipv4Addr],
     dir: &Path,
+    secure: Option<&Secure>,
 ) -> anyhow::Result<Vec<String>> {
     let home = dir.join(format!("z{}.zk", index + 1));
     let data = home.join("data");
@@ -783,10 +1163,14 @@ fn zookeeper_args(
     std::fs::write(data.join("myid"), format!("{}\n", index + 1))?;
     let mut config = format!(
         "tickTime=200\ninitLimit=50\nsyncLimit=10\nmaxSessionTimeout=20000\n\
-         dataDir={}\nclientPort=2181\nclientPortAddress={ip}\nadmin.enableServer=false\n\
-         4lw.commands.whitelist=ruok,srvr,stat,mntr\n",
+         dataDir={}\nadmin.enableServer=false\n4lw.commands.whitelist=ruok,srvr,stat,mntr\n",
         data.display()
     );
+    match secure {
+        // A TLS client port only: nobody reaches the ensemble in plaintext.
+        Some(secure) => config.push_str(&secure.zookeeper_config(ip)),
+        None => config.push_str(&format!("clientPort=2181\nclientPortAddress={ip}\n")),
+    }
     for (i, peer) in ips.iter().enumerate() {
         config.push_str(&format!("server.{}={peer}:2888:3888\n", i + 1));
     }
@@ -797,12 +1181,25 @@ fn zookeeper_args(
         class_path.push(':');
         class_path.push_str(SLF4J_SIMPLE_JAR);
     }
+    if secure.is_some() {
+        // The Netty connection factory's jars beyond those ZooKeeper's manifest names.
+        for jar in NETTY_JARS {
+            if !Path::new(jar).exists() {
+                bail!("{jar} is missing (Debian: libnetty-java, a dependency of zookeeper)");
+            }
+            class_path.push(':');
+            class_path.push_str(jar);
+        }
+    }
     let args = [
         "-Xmx192m",
         "-XX:+UseSerialGC",
         "-XX:TieredStopAtLevel=1",
         "-Dzookeeper.admin.enableServer=false",
         "-Dzookeeper.forceSync=no",
+        // Times on every line, to line the servers' elections up with the nodes' logs.
+        "-Dorg.slf4j.simpleLogger.showDateTime=true",
+        "-Dorg.slf4j.simpleLogger.dateTimeFormat=HH:mm:ss.SSS",
         "-cp",
         &class_path,
         "org.apache.zookeeper.server.quorum.QuorumPeerMain",

@@ -3,7 +3,8 @@
 //! bridge, node clocks under libfaketime), runs HTTP, gRPC and Thrift clients that record every
 //! ID, applies a seeded random schedule of faults several at a time, and checks the history
 //! (see `check.rs` for the rules). A failing run prints the seed and the operations around each
-//! violation. Run as root: `scripts/campaign` (or see `--help`).
+//! violation. `--secure` runs the same with TLS and credentials everywhere (`secure.rs`). Run as
+//! root: `scripts/campaign` (or see `--help`).
 
 mod chart;
 mod check;
@@ -12,6 +13,7 @@ mod faults;
 mod fleet;
 mod lab;
 mod rng;
+mod secure;
 
 use anyhow::Context;
 use clap::Parser;
@@ -65,6 +67,16 @@ struct Args {
     /// only when the campaign fails].
     #[arg(long)]
     out: Option<PathBuf>,
+    /// The fleet as production runs it: the campaign's own CA; etcd over https with client
+    /// certificates and users (the nodes' role: readwrite on the prefix only), or ZooKeeper on
+    /// a TLS port only with the fleet's digest identity; the nodes' HTTP, gRPC and RESP over
+    /// mutual TLS (Thrift plaintext), probed on their admin listener.
+    #[arg(long)]
+    secure: bool,
+    /// Test of --secure itself: give the last node a wrong password (or ZooKeeper identity);
+    /// the campaign must stop at start with that node's log.
+    #[arg(long, hide = true, requires = "secure")]
+    break_node_auth: bool,
 }
 
 /// Reads every mark (each node's state directory, then the coordination service) every
@@ -152,11 +164,33 @@ fn campaign(args: &Args) -> anyhow::Result<bool> {
     };
     eprintln!("campaign: logs in {}", dir.display());
     let nodes = usize::try_from(args.nodes)?;
-    let fleet = Fleet::start(tools, args.mode, nodes, &dir).context("starting the fleet")?;
+    if args.secure {
+        // One provider for every TLS client of the process (ZooKeeper's takes the default).
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    }
+    let fleet = Fleet::start(
+        tools,
+        args.mode,
+        nodes,
+        &dir,
+        args.secure,
+        args.break_node_auth,
+    )
+    .context("starting the fleet")?;
     eprintln!(
-        "campaign: {:?} (3 members) and {nodes} nodes ready; faults for {} s",
-        args.mode, args.duration_secs
+        "campaign: {:?} (3 members) and {nodes} nodes ready{}; faults for {} s",
+        args.mode,
+        if args.secure {
+            " (secure: TLS and credentials everywhere)"
+        } else {
+            ""
+        },
+        args.duration_secs
     );
+    let tls = match &fleet.secure {
+        Some(secure) => Some(Arc::new(secure.client_tls(true)?)),
+        None => None,
+    };
     let targets: Vec<Target> = fleet
         .nodes
         .iter()
@@ -167,8 +201,14 @@ fn campaign(args: &Args) -> anyhow::Result<bool> {
             grpc: n.grpc(),
             thrift: n.thrift(),
             resp: n.resp(),
+            tls: tls.clone(),
         })
         .collect();
+    let mut security_checks = fleet.checks.clone();
+    let no_cert = match &fleet.secure {
+        Some(secure) => Some(secure.client_tls(false)?),
+        None => None,
+    };
     let fleet = Arc::new(Mutex::new(fleet));
     let started = Instant::now();
     let history: History = Arc::new(Mutex::new(Vec::new()));
@@ -177,6 +217,26 @@ fn campaign(args: &Args) -> anyhow::Result<bool> {
         .worker_threads(2)
         .enable_all()
         .build()?;
+    // One ID over each protocol first: a client that cannot speak to the nodes stops the
+    // campaign here, not as a run with no IDs.
+    security_checks.extend(
+        runtime
+            .block_on(clients::preflight(
+                &targets[0],
+                started,
+                &history,
+                no_cert.as_ref(),
+            ))
+            .context("before the faults")?,
+    );
+    for check in &security_checks {
+        eprintln!(
+            "campaign: security check {}: {} ({})",
+            if check.passed { "ok" } else { "FAILED" },
+            check.name,
+            check.detail
+        );
+    }
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let mut clients = Vec::new();
     for target in &targets {
@@ -418,8 +478,9 @@ fn campaign(args: &Args) -> anyhow::Result<bool> {
         .map(|k| k.name())
         .collect();
     println!(
-        "seed {seed}, mode {:?}: {} faults injected",
+        "seed {seed}, mode {:?}{}: {} faults injected",
         args.mode,
+        if args.secure { ", secure" } else { "" },
         records.len()
     );
     println!(
@@ -505,8 +566,50 @@ fn campaign(args: &Args) -> anyhow::Result<bool> {
         println!("FAILED: after healing, {failure}");
         ok = false;
     }
+    // Secure mode: every refusal checked, and the operator's deletions without credentials.
+    let deletes_tried = records
+        .iter()
+        .filter(|r| r.refused_without_auth.is_some())
+        .count();
+    let deletes_refused = records
+        .iter()
+        .filter(|r| r.refused_without_auth == Some(true))
+        .count();
+    if args.secure {
+        println!(
+            "secure: {} TLS and auth checks passed of {}; deletions of a claim without \
+             credentials refused: {deletes_refused} of {deletes_tried}",
+            security_checks.iter().filter(|c| c.passed).count(),
+            security_checks.len()
+        );
+        for check in &security_checks {
+            println!(
+                "  {}: {} ({})",
+                if check.passed { "ok" } else { "FAILED" },
+                check.name,
+                check.detail
+            );
+        }
+        for check in security_checks.iter().filter(|c| !c.passed) {
+            println!("FAILED: security check: {}", check.name);
+            ok = false;
+        }
+        if deletes_refused < deletes_tried {
+            println!(
+                "FAILED: {} deletions of a claim without credentials were allowed",
+                deletes_tried - deletes_refused
+            );
+            ok = false;
+        }
+        if kinds.contains(&Kind::DeleteClaim) && deletes_tried == 0 {
+            println!("FAILED: no deletion of a claim was tried without credentials");
+            ok = false;
+        }
+    }
     let report = serde_json::json!({
-        "seed": seed, "mode": args.mode, "duration_secs": args.duration_secs, "table": table, "totals": totals, "faults": records, "self_stops": self_stops,
+        "seed": seed, "mode": args.mode, "secure": args.secure, "duration_secs": args.duration_secs, "table": table,
+        "security_checks": security_checks,
+        "deletions_without_credentials": {"tried": deletes_tried, "refused": deletes_refused}, "totals": totals, "faults": records, "self_stops": self_stops,
         "violations": violations.iter().map(|v| serde_json::json!({"rule": v.rule, "detail": v.detail, "ops": v.ops})).collect::<Vec<_>>(),
         "ok": ok,
     });
@@ -518,7 +621,8 @@ fn campaign(args: &Args) -> anyhow::Result<bool> {
     }
     std::fs::write(dir.join("history.jsonl"), lines)?;
     let title = format!(
-        "snowflake-campaign --mode {:?} --seed {seed} --duration-secs {}: {} IDs, {} faults, {} violations",
+        "snowflake-campaign{} --mode {:?} --seed {seed} --duration-secs {}: {} IDs, {} faults, {} violations",
+        if args.secure { " --secure" } else { "" },
         args.mode,
         args.duration_secs,
         totals.ids,
