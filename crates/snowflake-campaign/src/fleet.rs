@@ -639,11 +639,16 @@ impl Fleet {
             Check {
                 // SPEC §8: world:anyone:r plus all rights for the digest identity, and nothing
                 // for the session's certificate subject (x509), which an `auth` ACL would grant.
-                name: "a registration's ACL is world:anyone:r plus the fleet's digest identity only"
-                    .into(),
+                name:
+                    "a registration's ACL is world:anyone:r plus the fleet's digest identity only"
+                        .into(),
                 passed: acl.len() == 2
-                    && acl.iter().any(|a| a.starts_with("world:anyone:") && a.ends_with("READ"))
-                    && acl.iter().any(|a| a.starts_with("digest:") && a.ends_with("ALL")),
+                    && acl
+                        .iter()
+                        .any(|a| a.starts_with("world:anyone:") && a.ends_with("READ"))
+                    && acl
+                        .iter()
+                        .any(|a| a.starts_with("digest:") && a.ends_with("ALL")),
                 detail: acl.join(", "),
             },
         ])
