@@ -327,7 +327,7 @@ pub struct FleetRead {
     pub datacenter_id: u64,
     /// Worker ids per datacenter.
     pub workers: u64,
-    /// The pairs, by worker id; empty when the read failed.
+    /// The pairs, by worker id, as last read successfully (empty before the first success).
     pub held: Vec<HeldPair>,
     /// Why the last read failed, if it did (`held` is then the last good read).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -393,7 +393,12 @@ impl FleetView {
         mut stop: watch::Receiver<bool>,
     ) {
         loop {
-            self.refresh(coordinator, datacenter_id).await;
+            // A read in flight is abandoned at the stop: a slow coordination service must not
+            // hold up the drain, the final mark and the release behind it.
+            tokio::select! {
+                () = self.refresh(coordinator, datacenter_id) => {}
+                _ = stop.wait_for(|stop| *stop) => return,
+            }
             tokio::select! {
                 () = tokio::time::sleep(FLEET_REFRESH) => {}
                 _ = stop.wait_for(|stop| *stop) => return,
@@ -648,5 +653,73 @@ mod tests {
                 .unwrap_err()
                 .contains("epoch 1288834974657")
         );
+    }
+}
+
+#[cfg(test)]
+mod view_tests {
+    use super::*;
+
+    /// A coordinator whose listing never answers (a frozen coordination service).
+    #[derive(Debug)]
+    struct Frozen(watch::Sender<Fence>);
+
+    impl Coordinator for Frozen {
+        fn source(&self) -> &'static str {
+            "etcd"
+        }
+        fn fence(&self) -> watch::Receiver<Fence> {
+            self.0.subscribe()
+        }
+        fn store_mark(&self, _mark_ms: u64) -> BoxFuture<'_, Result<(), String>> {
+            Box::pin(async { Ok(()) })
+        }
+        fn run(&self, _stop: watch::Receiver<bool>) -> BoxFuture<'_, Result<(), String>> {
+            Box::pin(std::future::pending())
+        }
+        fn release(&self) -> BoxFuture<'_, ()> {
+            Box::pin(async {})
+        }
+        fn info(&self) -> LeaseInfo {
+            LeaseInfo {
+                state: "held",
+                lease_id: None,
+                ttl_secs: 10,
+                remaining_ms: 1,
+                key: String::new(),
+                reason: None,
+                renewals: 0,
+                renewal_failures: 0,
+                losses: 0,
+            }
+        }
+        fn held_pairs(&self) -> BoxFuture<'_, Result<Vec<HeldPair>, String>> {
+            Box::pin(std::future::pending())
+        }
+        fn workers_per_datacenter(&self) -> u64 {
+            32
+        }
+    }
+
+    /// The stop does not wait for a listing in flight: the drain and the final mark come
+    /// after this task.
+    #[tokio::test]
+    async fn a_stop_abandons_a_listing_that_never_answers() {
+        let (fence, _) = watch::channel(Fence::Lost {
+            reason: "test".into(),
+        });
+        let coordinator = Frozen(fence);
+        let view = FleetView::default();
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let stopper = async {
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            let _ = stop_tx.send(true);
+        };
+        let ran = tokio::time::timeout(std::time::Duration::from_secs(5), async {
+            tokio::join!(view.keep_fresh(&coordinator, 0, stop_rx), stopper);
+        })
+        .await;
+        assert!(ran.is_ok(), "keep_fresh did not return after the stop");
+        assert!(view.get().is_none());
     }
 }

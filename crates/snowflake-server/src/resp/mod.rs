@@ -125,7 +125,9 @@ struct Session {
     quit: bool,
     /// The request counters this connection used, so that a command counts with one atomic
     /// add rather than a label lookup.
-    counters: Vec<(&'static str, bool, Counter)>,
+    counters: Vec<(&'static str, u16, Counter)>,
+    /// The last command was refused by the node (it cannot issue now), not for its arguments.
+    unavailable: bool,
     /// The last key's ID counter.
     key: Option<(Vec<u8>, Counter)>,
     /// The latency histograms of the routes this connection used.
@@ -136,7 +138,19 @@ struct Session {
 }
 
 impl Session {
+    /// A refusal's reply text; remembers whether the node could not issue (counted as 503,
+    /// as HTTP answers it) rather than the request being bad (400).
+    fn refused(&mut self, err: &IssueError) -> String {
+        self.unavailable = matches!(err, IssueError::Unavailable { .. });
+        refusal(err)
+    }
+
     fn count_request(&mut self, node: &Node, route: &'static str, ok: bool) {
+        let status = match (ok, std::mem::take(&mut self.unavailable)) {
+            (true, _) => 200,
+            (false, true) => 503,
+            (false, false) => 400,
+        };
         match self.unwritten.iter_mut().find(|(r, _)| *r == route) {
             Some((_, n)) => *n += 1,
             None => self.unwritten.push((route, 1)),
@@ -144,16 +158,16 @@ impl Session {
         if let Some((_, _, counter)) = self
             .counters
             .iter()
-            .find(|(r, o, _)| *r == route && *o == ok)
+            .find(|(r, o, _)| *r == route && *o == status)
         {
             counter.inc();
             return;
         }
-        let counter =
-            node.metrics()
-                .request_counter(Protocol::Resp, route, if ok { 200 } else { 400 });
+        let counter = node
+            .metrics()
+            .request_counter(Protocol::Resp, route, status);
         counter.inc();
-        self.counters.push((route, ok, counter));
+        self.counters.push((route, status, counter));
     }
 
     /// Observes the latency of the commands answered since the last write: from `read_at`,
@@ -200,6 +214,7 @@ async fn connection<S>(
         id,
         quit: false,
         counters: Vec::new(),
+        unavailable: false,
         key: None,
         latencies: node.metrics().route_latencies(Protocol::Resp),
         unwritten: Vec::new(),
@@ -467,7 +482,7 @@ async fn answer(
             let batches = node
                 .issue(Protocol::Resp, 1)
                 .await
-                .map_err(|e| refusal(&e))?;
+                .map_err(|e| session.refused(&e))?;
             let id = batches
                 .first()
                 .map(|b| b.first().as_u64())
@@ -492,7 +507,7 @@ async fn answer(
             let batch = node
                 .issue_exact(Protocol::Resp, count)
                 .await
-                .map_err(|e| refusal(&e))?;
+                .map_err(|e| session.refused(&e))?;
             integer(out, id_value(batch.last().as_u64()));
         }
         b"snowflake.next" => {
@@ -500,14 +515,14 @@ async fn answer(
                 1 => 1,
                 2 => {
                     let text = std::str::from_utf8(args[1]).unwrap_or("");
-                    node.parse_count(text).map_err(|e| refusal(&e))?
+                    node.parse_count(text).map_err(|e| session.refused(&e))?
                 }
                 _ => return Err(arity(name)),
             };
             let batches = node
                 .issue(Protocol::Resp, count)
                 .await
-                .map_err(|e| refusal(&e))?;
+                .map_err(|e| session.refused(&e))?;
             array_header(out, usize::try_from(count).unwrap_or(usize::MAX));
             for batch in batches {
                 for id in batch {
@@ -732,6 +747,7 @@ mod tests {
             id: 1,
             quit: false,
             counters: Vec::new(),
+            unavailable: false,
             key: None,
             latencies: crate::latency::RouteLatencies::new("resp", std::sync::Arc::default()),
             unwritten: Vec::new(),
