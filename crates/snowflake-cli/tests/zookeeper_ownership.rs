@@ -455,3 +455,55 @@ fn a_node_registers_over_tls_and_without_a_client_certificate_is_refused() {
     );
     assert_exit(&node.stop_with("TERM"), 0);
 }
+
+// Znodes an earlier version created over TLS granted the certificate's x509 identity too (its
+// `auth` ACL), or someone widened them by hand: whoever such an entry names could lower the
+// mark. With a digest identity, a registering node brings its paths and its mark back to
+// world:anyone:r plus that identity only.
+#[test]
+fn a_registering_node_narrows_znodes_that_grant_more_than_its_identity() {
+    let zk = ZooKeeper::start();
+    let hash = "5ZvEtu0UOpFmetCdLlpab3owKiM="; // snowflake:zk-pass-7, as openssl computes it
+    let mark_znode = format!("{MARKS}/0");
+    let wide = format!("world:anyone:r,digest:snowflake:{hash}:cdrwa,ip:127.0.0.1:cdrwa");
+    let setup = zk.cli(&[
+        "addauth digest snowflake:zk-pass-7",
+        &format!("create {PATH} \"\""),
+        &format!("create {MARKS} \"\""),
+        &format!("create {mark_znode} \"\""),
+        &format!("setAcl {PATH} {wide}"),
+        &format!("setAcl {MARKS} {wide}"),
+        &format!("setAcl {mark_znode} {wide}"),
+    ]);
+    for path in [PATH, MARKS, mark_znode.as_str()] {
+        let acl = zk.cli(&[&format!("getAcl {path}")]);
+        assert!(
+            acl.contains("'ip,'127.0.0.1"),
+            "{path} setup: {acl}\n{setup}"
+        );
+    }
+    let secrets = temp_dir();
+    let identity = auth_file(secrets.path(), "zk-auth", "snowflake:zk-pass-7");
+    let dir = temp_dir();
+    let node = zk_node_with_session(&zk, dir.path(), 4000)
+        .arg("--zookeeper-auth-file")
+        .arg(&identity)
+        .start();
+    assert_eq!(worker_of(&node), 0);
+    for path in [PATH, MARKS, mark_znode.as_str()] {
+        let acl = zk.cli(&[&format!("getAcl {path}")]);
+        assert!(
+            !acl.contains("'ip,")
+                && acl.contains("'digest,'snowflake:")
+                && acl.contains("'world,'anyone\n: r"),
+            "{path} still grants more than the identity: {acl}"
+        );
+    }
+    assert!(
+        node.stderr()
+            .contains("its ACL is now world:anyone:r plus that identity only"),
+        "{}",
+        node.stderr()
+    );
+    assert_exit(&node.stop_with("TERM"), 0);
+}

@@ -288,6 +288,69 @@ fn digest_acls(identity: &str) -> &'static [zk::Acl] {
     acls
 }
 
+/// Znodes an earlier version created over TLS (whose `auth` ACL also granted the certificate's
+/// `x509` identity), or that someone set by hand, may grant more than the fleet's digest
+/// identity: with a digest identity, the node's paths and its mark are brought back to exactly
+/// `world:anyone:r` plus that identity (the node holds ADMIN on them through it). A znode it
+/// cannot correct is logged as an error: anyone it grants could lower the mark.
+async fn tighten_acls(
+    client: &zk::Client,
+    paths: &[&str],
+    config: &ZooKeeperConfig,
+    timeout: Duration,
+) {
+    let (Protection::Digest(expected), Some(identity)) = (Protection::of(config), &config.auth)
+    else {
+        return;
+    };
+    let user = identity
+        .expose()
+        .split_once(':')
+        .map_or(identity.expose(), |(user, _)| user);
+    for path in paths {
+        let (acl, stat) = match bounded(timeout, client.get_acl(path)).await {
+            Ok(found) => found,
+            Err(e) => {
+                tracing::warn!(znode = %path, error = %e, "cannot read the znode's ACL");
+                continue;
+            }
+        };
+        // ZooKeeper shows a digest's hash as `x` to all but super users: the user is compared.
+        let ours = acl.len() == 2
+            && acl.iter().any(|a| {
+                a.scheme() == "world"
+                    && a.id() == "anyone"
+                    && a.permission() == zk::Permission::READ
+            })
+            && acl.iter().any(|a| {
+                a.scheme() == "digest"
+                    && a.id().split(':').next() == Some(user)
+                    && a.permission() == zk::Permission::ALL
+            });
+        if ours {
+            continue;
+        }
+        let was = acl
+            .iter()
+            .map(|a| format!("{}:{}:{}", a.scheme(), a.id(), a.permission()))
+            .collect::<Vec<_>>()
+            .join(", ");
+        match bounded(timeout, client.set_acl(path, expected, Some(stat.aversion))).await {
+            Ok(_) => tracing::warn!(
+                znode = %path,
+                %was,
+                "the znode granted more than the fleet's digest identity: its ACL is now world:anyone:r plus that identity only"
+            ),
+            Err(e) => tracing::error!(
+                znode = %path,
+                %was,
+                error = %e,
+                "the znode grants more than the fleet's digest identity and its ACL cannot be corrected: set it by hand (docs/security.md)"
+            ),
+        }
+    }
+}
+
 impl Protection {
     fn of(config: &ZooKeeperConfig) -> Protection {
         match &config.auth {
@@ -732,6 +795,13 @@ impl ZooKeeperRegistration {
                         sent,
                         ..
                     }) => {
+                        tighten_acls(
+                            &client,
+                            &[&config.path, &config.marks_path(), &mark_path],
+                            config,
+                            timeout,
+                        )
+                        .await;
                         let session_timeout = client.session_timeout();
                         let session = session_hex(&client);
                         let until = sent + session_timeout - margin(session_timeout);
