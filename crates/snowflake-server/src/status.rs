@@ -54,9 +54,13 @@ pub struct LayoutBits {
 /// The node's status now.
 pub fn status(node: &Node) -> Status {
     let bits = node.layout().bits();
+    let not_ready = node.readiness().err().map(|e| e.to_string());
+    let mut info = node.info();
+    // One answer for both fields (they are read under two locks).
+    info.ready = not_ready.is_none();
     Status {
-        info: node.info(),
-        not_ready: node.readiness().err().map(|e| e.to_string()),
+        info,
+        not_ready,
         last_issued_ms: node.last_issued_ms(),
         ids_issued: node.metrics().ids_issued_total(),
         layout: LayoutBits {
@@ -240,22 +244,26 @@ pub fn page(node: &Node, decode: Option<&str>) -> String {
 
 /// The fleet's table of held pairs.
 fn fleet_html(html: &mut String, fleet: &FleetRead, own_worker: u64) {
-    let _ = write!(
-        html,
-        "<section><h2>Fleet: datacenter {dc}</h2><p id=\"fleet-summary\">{held} of {workers} worker \
-         ids held, {free} free (read {read}).</p>",
-        dc = fleet.datacenter_id,
-        held = fleet.held.len(),
-        workers = fleet.workers,
-        free = fleet
-            .workers
-            .saturating_sub(u64::try_from(fleet.held.len()).unwrap_or(u64::MAX)),
-        read = if fleet.read_at_ms == 0 {
-            "never".to_owned()
-        } else {
-            format_unix_ms(fleet.read_at_ms)
-        },
-    );
+    if fleet.read_at_ms == 0 {
+        let _ = write!(
+            html,
+            "<section><h2>Fleet: datacenter {}</h2><p id=\"fleet-summary\">Not read yet.</p>",
+            fleet.datacenter_id
+        );
+    } else {
+        let _ = write!(
+            html,
+            "<section><h2>Fleet: datacenter {dc}</h2><p id=\"fleet-summary\">{held} of {workers} \
+             worker ids held, {free} free (read {read}).</p>",
+            dc = fleet.datacenter_id,
+            held = fleet.held.len(),
+            workers = fleet.workers,
+            free = fleet
+                .workers
+                .saturating_sub(u64::try_from(fleet.held.len()).unwrap_or(u64::MAX)),
+            read = format_unix_ms(fleet.read_at_ms),
+        );
+    }
     if let Some(error) = &fleet.error {
         let _ = write!(
             html,
@@ -332,25 +340,23 @@ pub const SCRIPT: &str = r#""use strict";
       }
     }).catch(function () { text("rate", "(no answer)"); });
   }
+  // Decodes a valid ID in the browser (BigInt, the layout's widths from /v1/status) and says
+  // whether it did. Anything else (not a number, out of range, a date past year 9999) is left
+  // to the server's form, so that its messages and formats are the service's own.
   function decode(value) {
     var out = document.getElementById("decode-result");
-    if (!layout || !out) return;
+    if (!layout || !out) return false;
     value = value.trim();
-    if (value === "") { out.innerHTML = ""; return; }
-    var fail = function (message) {
-      var p = document.createElement("p"); p.id = "decode-result"; p.className = "bad"; p.textContent = message;
-      out.replaceWith(p);
-    };
-    // The server's own messages (SnowflakeId's parser).
-    if (!/^[0-9]+$/.test(value)) return fail("invalid snowflake id: expected a decimal integer in 0..=9223372036854775807, found " + JSON.stringify(value));
+    if (!/^[0-9]{1,19}$/.test(value)) return false;
     var id = BigInt(value);
-    if (id >= (1n << 63n)) return fail("invalid snowflake id: expected 0..=9223372036854775807, found " + value);
+    if (id >= (1n << 63n)) return false;
     var b = layout.layout;
     var seqBits = BigInt(b.sequence_bits), wBits = BigInt(b.worker_bits), dcBits = BigInt(b.datacenter_bits);
     var sequence = id & ((1n << seqBits) - 1n);
     var worker = (id >> seqBits) & ((1n << wBits) - 1n);
     var dc = (id >> (seqBits + wBits)) & ((1n << dcBits) - 1n);
     var ts = (id >> (seqBits + wBits + dcBits)) + BigInt(layout.epoch_ms);
+    if (ts > 253402300799999n) return false;
     var dl = document.createElement("dl"); dl.id = "decode-result"; dl.className = "fields";
     [["id", id.toString()], ["time", iso(ts)], ["timestamp_ms", ts.toString()], ["datacenter_id", dc.toString()],
      ["worker_id", worker.toString()], ["sequence", sequence.toString()]].forEach(function (f) {
@@ -359,9 +365,11 @@ pub const SCRIPT: &str = r#""use strict";
       dl.appendChild(dt); dl.appendChild(dd);
     });
     out.replaceWith(dl);
+    return true;
   }
   var form = document.getElementById("decode-form"), input = document.getElementById("decode-input");
-  form.addEventListener("submit", function (e) { e.preventDefault(); decode(input.value); });
+  // Submitted: decoded here when it can be, else the form goes to the server as without script.
+  form.addEventListener("submit", function (e) { if (decode(input.value)) e.preventDefault(); });
   input.addEventListener("input", function () { decode(input.value); });
   refresh();
   setInterval(refresh, 1000);

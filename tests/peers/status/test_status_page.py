@@ -15,6 +15,7 @@ import subprocess
 import tempfile
 import threading
 import time
+import urllib.parse
 import urllib.request
 
 import pytest
@@ -124,16 +125,20 @@ def test_identity_readiness_and_decoding(page):
         # The same fields as the service's own decoder.
         served = json.load(urllib.request.urlopen(url(node, f"/v1/decode/{WORKED_ID}")))
         assert {k: str(served[k]) for k in WORKED_FIELDS} == WORKED_FIELDS
-        # A bad ID: the service's message, either way.
-        box = page.find_element(By.ID, "decode-input")
-        box.clear()
-        box.send_keys("12x")
-        if not page.javascript:
+        # Bad IDs: the service's own message, either way (the script leaves anything it cannot
+        # decode to the server's form).
+        for bad, message in [
+            ("12x", 'expected a decimal integer in 0..=9223372036854775807, found "12x"'),
+            ("-5", "expected 0..=9223372036854775807, found -5"),
+            ("9223372036854775808", "expected 0..=9223372036854775807, found 9223372036854775808"),
+        ]:
+            box = page.find_element(By.ID, "decode-input")
+            box.clear()
+            box.send_keys(bad)
             page.find_element(By.CSS_SELECTOR, "#decode-form button").click()
-        WebDriverWait(page, 10).until(
-            lambda d: "expected a decimal integer" in text(d, "decode-result")
-        )
-        assert '"12x"' in text(page, "decode-result")
+            WebDriverWait(page, 10).until(lambda d: message in text(d, "decode-result"))
+            served = urllib.request.urlopen(url(node, f"/?decode={urllib.parse.quote(bad)}")).read().decode()
+            assert message.replace('"', "&quot;") in served
     finally:
         node.stop()
 

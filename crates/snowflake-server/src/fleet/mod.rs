@@ -310,6 +310,14 @@ pub struct HeldPair {
     pub since: String,
 }
 
+/// A claim's worker id as its key or znode name spells it: the canonical decimal of an id the
+/// layout has (`07`, `+7` or `40` name no worker the nodes claim, and are left out of the
+/// fleet's table and counts).
+pub(crate) fn canonical_worker(text: &str, max_worker_id: u64) -> Option<u64> {
+    let worker: u64 = text.parse().ok()?;
+    (worker <= max_worker_id && worker.to_string() == text).then_some(worker)
+}
+
 /// How often a node reads the held pairs of its datacenter again.
 pub const FLEET_REFRESH: std::time::Duration = std::time::Duration::from_secs(10);
 
@@ -659,6 +667,15 @@ mod tests {
 #[cfg(test)]
 mod view_tests {
     use super::*;
+
+    #[test]
+    fn only_canonical_worker_ids_of_the_layout_count() {
+        assert_eq!(canonical_worker("7", 31), Some(7));
+        assert_eq!(canonical_worker("0", 31), Some(0));
+        for odd in ["07", "+7", "32", "-1", "", "x"] {
+            assert_eq!(canonical_worker(odd, 31), None, "{odd:?}");
+        }
+    }
 
     /// A coordinator whose listing never answers (a frozen coordination service).
     #[derive(Debug)]

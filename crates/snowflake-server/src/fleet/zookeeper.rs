@@ -51,8 +51,8 @@
 
 use crate::config::ZooKeeperConfig;
 use crate::fleet::{
-    BoxFuture, Coordinator, Fence, HeldPair, LeaseInfo, Proof, StoredMark, check_mark_in_layout,
-    lowered_mark_json, mark_json, parse_mark,
+    BoxFuture, Coordinator, Fence, HeldPair, LeaseInfo, Proof, StoredMark, canonical_worker,
+    check_mark_in_layout, lowered_mark_json, mark_json, parse_mark,
 };
 use crate::thrift::peer::Peer;
 use snowflake_core::Layout;
@@ -1320,7 +1320,7 @@ impl Coordinator for ZooKeeperRegistration {
                 .map_err(|e| format!("cannot list {path} in ZooKeeper: {e}"))?;
             let mut held = Vec::new();
             for child in children {
-                let Ok(worker_id) = child.parse::<u64>() else {
+                let Some(worker_id) = canonical_worker(&child, self.layout.max_worker_id()) else {
                     continue;
                 };
                 let znode = format!("{path}/{child}");

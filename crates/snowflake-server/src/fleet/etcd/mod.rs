@@ -46,7 +46,9 @@ mod client;
 pub use client::{EtcdClient, EtcdError, KeepAliveStream};
 
 use crate::config::EtcdConfig;
-use crate::fleet::{BoxFuture, Coordinator, Fence, HeldPair, LeaseInfo, Proof, StoredMark};
+use crate::fleet::{
+    BoxFuture, Coordinator, Fence, HeldPair, LeaseInfo, Proof, StoredMark, canonical_worker,
+};
 use snowflake_core::{Layout, format_unix_ms};
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
@@ -783,11 +785,8 @@ impl Coordinator for EtcdLease {
             Ok(kvs
                 .iter()
                 .filter_map(|kv| {
-                    let worker_id = std::str::from_utf8(&kv.key)
-                        .ok()?
-                        .strip_prefix(&prefix)?
-                        .parse()
-                        .ok()?;
+                    let text = std::str::from_utf8(&kv.key).ok()?.strip_prefix(&prefix)?;
+                    let worker_id = canonical_worker(text, self.layout.max_worker_id())?;
                     Some(held_pair(self.datacenter_id, worker_id, &kv.value))
                 })
                 .collect())
@@ -828,12 +827,14 @@ fn held_pair(datacenter_id: u64, worker_id: u64, value: &[u8]) -> HeldPair {
             })
             .unwrap_or_default()
     });
+    // Whatever is in etcd ends up on every status page: bounded.
+    let short = |text: String| -> String { text.chars().take(200).collect() };
     HeldPair {
         datacenter_id,
         worker_id,
-        holder: who,
-        address,
-        since: text("started_at").unwrap_or_default(),
+        holder: short(who),
+        address: short(address),
+        since: short(text("started_at").unwrap_or_default()),
     }
 }
 
