@@ -584,6 +584,38 @@ async fn no_id_is_issued_above_a_mark_the_coordinator_has_not_accepted() {
             .contains("snowflake_lease_mark_write_errors_total")
     );
 
+    // Why, for the alerts: the mark write failed while the lease holds...
+    let metrics = get(&server, "/metrics").await.body;
+    assert!(
+        metrics.contains("snowflake_not_ready_reason{reason=\"mark_write_failed\"} 1\n"),
+        "{metrics}"
+    );
+    // ...and once the lease cannot be proven either, the lease is the reason (the write failed
+    // because of it), in /readyz's sentence and in the reason label.
+    lease.set(Fence::Lost {
+        reason: "etcd is out of reach (test)".into(),
+    });
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let ready = get(&server, "/readyz").await;
+        let metrics = get(&server, "/metrics").await.body;
+        if ready
+            .error()
+            .contains("cannot prove it still holds its worker id")
+            && metrics.contains("snowflake_not_ready_reason{reason=\"lease_not_proven\"} 1\n")
+            && metrics.contains("snowflake_not_ready_reason{reason=\"mark_write_failed\"} 0\n")
+        {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{}\n{metrics}",
+            ready.error()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    lease.set(held(0));
+
     // Accepted again: the node recovers by itself.
     lease.refuse_marks(false);
     wait_ready(&server).await;
