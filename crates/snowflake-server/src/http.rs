@@ -51,8 +51,6 @@ pub fn router(node: Arc<Node>) -> Router {
     let id = Timed::new(&node, "/v1/id");
     let ids = Timed::new(&node, "/v1/ids");
     let decode_route = Timed::new(&node, "/v1/decode/{id}");
-    let info_route = Timed::new(&node, "/v1/info");
-    let unmatched = Timed::new(&node, "unmatched");
     let router =
         Router::new()
             .route(
@@ -86,22 +84,9 @@ pub fn router(node: Arc<Node>) -> Router {
                     },
                 ),
             )
-            .route(
-                "/v1/info",
-                get(move |State(node): State<Arc<Node>>| async move {
-                    let started = Instant::now();
-                    let response = info(&node);
-                    info_route.done(&node, started, response)
-                }),
-            );
+            .route("/v1/info", node_get(&node, "/v1/info", info));
     let all = Timed::all(&node);
     probe_routes(router, &node)
-        .fallback(
-            move |State(node): State<Arc<Node>>, method: Method, uri: Uri| async move {
-                let started = Instant::now();
-                unmatched.done(&node, started, not_found(&method, &uri))
-            },
-        )
         .method_not_allowed_fallback(
             move |State(node): State<Arc<Node>>, method: Method, uri: Uri| async move {
                 let started = Instant::now();
@@ -119,26 +104,16 @@ pub fn router(node: Arc<Node>) -> Router {
 /// The admin listener's routes (`--admin-addr`): health, readiness and metrics, the same
 /// answers as on the HTTP listener.
 pub fn admin_router(node: Arc<Node>) -> Router {
-    let unmatched = Timed::new(&node, "unmatched");
     probe_routes(Router::new(), &node)
-        .fallback(
-            move |State(node): State<Arc<Node>>, method: Method, uri: Uri| async move {
-                let started = Instant::now();
-                unmatched.done(&node, started, not_found(&method, &uri))
-            },
-        )
         .layer(RequestBodyLimitLayer::new(MAX_BODY_BYTES))
         .with_state(node)
 }
 
-/// The routes both listeners serve: health, readiness, metrics and the status page.
+/// The routes both listeners serve (health, readiness, metrics and the status page), and the
+/// answer to every other path.
 fn probe_routes(router: Router<Arc<Node>>, node: &Node) -> Router<Arc<Node>> {
-    let healthz = Timed::new(node, "/healthz");
-    let readyz_route = Timed::new(node, "/readyz");
-    let metrics_route = Timed::new(node, "/metrics");
     let page = Timed::new(node, "/");
-    let script = Timed::new(node, "/status.js");
-    let status_route = Timed::new(node, "/v1/status");
+    let unmatched = Timed::new(node, "unmatched");
     router
         .route(
             "/",
@@ -152,53 +127,54 @@ fn probe_routes(router: Router<Arc<Node>>, node: &Node) -> Router<Arc<Node>> {
                 },
             ),
         )
-        .route(
-            "/status.js",
-            get(move |State(node): State<Arc<Node>>| async move {
-                let started = Instant::now();
-                let mut response = Response::new(axum::body::Body::from(status::SCRIPT));
-                response.headers_mut().insert(
-                    header::CONTENT_TYPE,
-                    HeaderValue::from_static("text/javascript; charset=utf-8"),
-                );
-                script.done(&node, started, response)
-            }),
-        )
-        .route(
-            "/v1/status",
-            get(move |State(node): State<Arc<Node>>| async move {
-                let started = Instant::now();
-                let response = match serde_json::to_vec(&status::status(&node)) {
-                    Ok(body) => json(StatusCode::OK, body),
-                    Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()),
-                };
-                status_route.done(&node, started, response)
-            }),
-        )
+        .route("/status.js", node_get(node, "/status.js", |_| script()))
+        .route("/v1/status", node_get(node, "/v1/status", status_json))
         .route(
             "/healthz",
-            get(move |State(node): State<Arc<Node>>| async move {
-                let started = Instant::now();
-                let response = json(StatusCode::OK, r#"{"status":"ok"}"#);
-                healthz.done(&node, started, response)
+            node_get(node, "/healthz", |_| {
+                json(StatusCode::OK, r#"{"status":"ok"}"#)
             }),
         )
-        .route(
-            "/readyz",
-            get(move |State(node): State<Arc<Node>>| async move {
+        .route("/readyz", node_get(node, "/readyz", readyz))
+        .route("/metrics", node_get(node, "/metrics", metrics))
+        .fallback(
+            move |State(node): State<Arc<Node>>, method: Method, uri: Uri| async move {
                 let started = Instant::now();
-                let response = readyz(&node);
-                readyz_route.done(&node, started, response)
-            }),
+                unmatched.done(&node, started, not_found(&method, &uri))
+            },
         )
-        .route(
-            "/metrics",
-            get(move |State(node): State<Arc<Node>>| async move {
-                let started = Instant::now();
-                let response = metrics(&node);
-                metrics_route.done(&node, started, response)
-            }),
-        )
+}
+
+/// `GET route` answered by `answer` from the node alone, counted and timed as `route`.
+fn node_get(
+    node: &Node,
+    route: &'static str,
+    answer: fn(&Node) -> Response,
+) -> axum::routing::MethodRouter<Arc<Node>> {
+    let timed = Timed::new(node, route);
+    get(move |State(node): State<Arc<Node>>| async move {
+        let started = Instant::now();
+        let response = answer(&node);
+        timed.done(&node, started, response)
+    })
+}
+
+/// `/status.js`: the status page's script.
+fn script() -> Response {
+    let mut response = Response::new(axum::body::Body::from(status::SCRIPT));
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/javascript; charset=utf-8"),
+    );
+    response
+}
+
+/// `/v1/status`: what the status page shows, as JSON.
+fn status_json(node: &Node) -> Response {
+    match serde_json::to_vec(&status::status(node)) {
+        Ok(body) => json(StatusCode::OK, body),
+        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()),
+    }
 }
 
 /// The status page's query: `?decode=ID` for the form that works without JavaScript.
