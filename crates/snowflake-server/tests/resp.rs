@@ -146,23 +146,13 @@ async fn pipelined_commands_each_count_in_the_latency_histogram() {
     let replies = read_some(&mut stream, 7 * 2 + 3 * 22, Duration::from_secs(5)).await;
     assert!(replies.starts_with(b"+PONG\r\n:"), "{replies:?}");
     // The replies are written before they are observed: poll for a moment.
-    let wanted = [
-        "snowflake_request_duration_seconds_count{protocol=\"resp\",route=\"incr\"} 3\n",
-        "snowflake_request_duration_seconds_count{protocol=\"resp\",route=\"ping\"} 2\n",
-        "snowflake_request_duration_seconds_bucket{le=\"+Inf\",protocol=\"resp\",route=\"incr\"} 3\n",
-    ];
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        let metrics = server.get("/metrics").await.body;
-        if wanted.iter().all(|w| metrics.contains(w)) {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "missing some of {wanted:?} in\n{metrics}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    server
+        .wait_for_metrics(&[
+            "snowflake_request_duration_seconds_count{protocol=\"resp\",route=\"incr\"} 3\n",
+            "snowflake_request_duration_seconds_count{protocol=\"resp\",route=\"ping\"} 2\n",
+            "snowflake_request_duration_seconds_bucket{le=\"+Inf\",protocol=\"resp\",route=\"incr\"} 3\n",
+        ])
+        .await;
     server.stop().await;
 }
 
@@ -188,23 +178,13 @@ async fn refusals_by_the_node_count_as_503_and_bad_commands_as_400() {
         "{}",
         String::from_utf8_lossy(&replies)
     );
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        let metrics = server.get("/metrics").await.body;
-        let wanted = [
+    server
+        .wait_for_metrics(&[
             "snowflake_requests_total{protocol=\"resp\",route=\"incr\",status=\"200\"} 1\n",
             "snowflake_requests_total{protocol=\"resp\",route=\"incr\",status=\"503\"} 1\n",
             "snowflake_requests_total{protocol=\"resp\",route=\"incrby\",status=\"400\"} 1\n",
-        ];
-        if wanted.iter().all(|w| metrics.contains(w)) {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "missing some of {wanted:?} in\n{metrics}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+        ])
+        .await;
     server.clock.set_ms(T);
     server.stop().await;
 }

@@ -164,6 +164,24 @@ impl TestServer {
         panic!("{path} never answered {status}: {:?}", self.get(path).await);
     }
 
+    /// Waits (in real time, at most 5 s) until `/metrics` holds every line of `wanted` (what a
+    /// connection counts after its replies are written shows a moment later); panics with the
+    /// last scrape otherwise.
+    pub async fn wait_for_metrics(&self, wanted: &[&str]) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        loop {
+            let metrics = self.get("/metrics").await.body;
+            if wanted.iter().all(|w| metrics.contains(w)) {
+                return;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "missing some of {wanted:?} in\n{metrics}"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    }
+
     /// Waits (in real time, bounded) until `/readyz` answers 200.
     pub async fn wait_ready(&self) {
         for _ in 0..200 {
