@@ -351,7 +351,8 @@ fn a_node_registers_over_tls_and_without_a_client_certificate_is_refused() {
     let zk = ZooKeeper::start_secure(&key_and_cert, &certs.path("ca.crt"));
     let secrets = temp_dir();
     let identity = auth_file(secrets.path(), "zk-auth", "snowflake:zk-tls-9");
-    let tls_node = |dir: &std::path::Path, with_cert: bool| {
+    // With the fleet's digest identity file `identity` and, `with_cert`, its client certificate.
+    let tls_node = |dir: &std::path::Path, identity: &std::path::Path, with_cert: bool| {
         let mut serve = crate::support::Serve::new(dir)
             .args(["--zookeeper", &zk.secure_connect_string()])
             .args([
@@ -361,7 +362,7 @@ fn a_node_registers_over_tls_and_without_a_client_certificate_is_refused() {
                 "3",
             ])
             .arg("--zookeeper-auth-file")
-            .arg(&identity)
+            .arg(identity)
             .arg("--zookeeper-ca")
             .arg(certs.path("ca.crt"));
         if with_cert {
@@ -374,7 +375,7 @@ fn a_node_registers_over_tls_and_without_a_client_certificate_is_refused() {
         serve
     };
     let dir = temp_dir();
-    let node = tls_node(dir.path(), true).start();
+    let node = tls_node(dir.path(), &identity, true).start();
     assert_eq!(worker_of(&node), 0);
     assert_eq!(node.get("/v1/id").status, 200);
     // Seen through the plaintext port: the registration and its protected mark.
@@ -396,23 +397,7 @@ fn a_node_registers_over_tls_and_without_a_client_certificate_is_refused() {
     // The fleet's certificate with a wrong password: the digest identity is what counts.
     let wrong = auth_file(secrets.path(), "zk-wrong", "snowflake:not-it");
     let wrong_dir = temp_dir();
-    let intruder = crate::support::Serve::new(wrong_dir.path())
-        .args(["--zookeeper", &zk.secure_connect_string()])
-        .args([
-            "--zookeeper-session-timeout-ms",
-            "4000",
-            "--claim-timeout-secs",
-            "3",
-        ])
-        .arg("--zookeeper-auth-file")
-        .arg(&wrong)
-        .arg("--zookeeper-ca")
-        .arg(certs.path("ca.crt"))
-        .arg("--zookeeper-cert")
-        .arg(certs.path("client.crt"))
-        .arg("--zookeeper-key")
-        .arg(certs.path("client.key"))
-        .run_to_exit();
+    let intruder = tls_node(wrong_dir.path(), &wrong, true).run_to_exit();
     assert_exit(&intruder, 1);
     assert!(
         intruder.stderr.contains("NoAuth") || intruder.stderr.contains("not authorized"),
@@ -423,7 +408,7 @@ fn a_node_registers_over_tls_and_without_a_client_certificate_is_refused() {
 
     // No client certificate: the secure port refuses the handshake.
     let other = temp_dir();
-    let refused = tls_node(other.path(), false).run_to_exit();
+    let refused = tls_node(other.path(), &identity, false).run_to_exit();
     assert_exit(&refused, 1);
     assert!(
         refused
