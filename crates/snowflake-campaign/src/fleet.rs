@@ -160,6 +160,14 @@ pub struct Check {
     pub detail: String,
 }
 
+impl std::fmt::Display for Check {
+    /// `ok: NAME (DETAIL)` or `FAILED: …`, as the log and the summary print it.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let verdict = if self.passed { "ok" } else { "FAILED" };
+        write!(f, "{verdict}: {} ({})", self.name, self.detail)
+    }
+}
+
 /// What an operator's deletion of a claim did.
 #[derive(Debug, Clone)]
 pub struct Deleted {

@@ -230,12 +230,7 @@ fn campaign(args: &Args) -> anyhow::Result<bool> {
             .context("before the faults")?,
     );
     for check in &security_checks {
-        eprintln!(
-            "campaign: security check {}: {} ({})",
-            if check.passed { "ok" } else { "FAILED" },
-            check.name,
-            check.detail
-        );
+        eprintln!("campaign: security check {check}");
     }
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let mut clients = Vec::new();
@@ -583,12 +578,7 @@ fn campaign(args: &Args) -> anyhow::Result<bool> {
             security_checks.len()
         );
         for check in &security_checks {
-            println!(
-                "  {}: {} ({})",
-                if check.passed { "ok" } else { "FAILED" },
-                check.name,
-                check.detail
-            );
+            println!("  {check}");
         }
         for check in security_checks.iter().filter(|c| !c.passed) {
             println!("FAILED: security check: {}", check.name);
