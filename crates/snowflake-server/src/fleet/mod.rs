@@ -356,13 +356,7 @@ impl FleetView {
     /// Reads the held pairs from `coordinator` now, keeping the previous pairs if it fails.
     pub async fn refresh(&self, coordinator: &dyn Coordinator, datacenter_id: u64) {
         let read = coordinator.held_pairs().await;
-        let now_ms = u64::try_from(
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap_or_default()
-                .as_millis(),
-        )
-        .unwrap_or(0);
+        let now_ms = snowflake_core::Clock::now_ms(&snowflake_core::SystemClock);
         let mut last = self
             .last
             .lock()
