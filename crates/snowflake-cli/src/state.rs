@@ -12,8 +12,9 @@
 use anyhow::{Context, anyhow, bail};
 use clap::{Args, Subcommand};
 use serde_json::json;
-use snowflake_core::{Field, Layout, format_unix_ms};
-use snowflake_server::state::{Mark, MarkKind, StateDir};
+use snowflake_core::{Field, Layout, SystemClock, format_unix_ms};
+use snowflake_server::clock_trust::{Checked, ClockAnchor, MAX_AUTO_TRUSTED_STEP_MS};
+use snowflake_server::state::{Mark, MarkKind, StateDir, StoredClock};
 use snowflake_server::{Config, ServeArgs};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -35,6 +36,15 @@ pub struct ShowArgs {
     /// Print one JSON object instead of text.
     #[arg(long)]
     json: bool,
+    /// The node's --max-clock-step-ms, to say whether a start now would see the clock as
+    /// stepped forward against `clock.json`, 0..=86400000 [default: as for `serve`, 1000].
+    #[arg(
+        long,
+        env = "SNOWFLAKE_MAX_CLOCK_STEP_MS",
+        value_name = "MS",
+        allow_negative_numbers = true
+    )]
+    max_clock_step_ms: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -112,7 +122,11 @@ struct Resolved {
 }
 
 impl Target {
-    fn resolve(&self, epoch_ms: Option<&str>) -> anyhow::Result<Resolved> {
+    fn resolve(
+        &self,
+        epoch_ms: Option<&str>,
+        max_clock_step_ms: Option<&String>,
+    ) -> anyhow::Result<Resolved> {
         if self.datacenter_id.is_some() != self.worker_id.is_some() {
             bail!("give both --datacenter-id and --worker-id, or neither");
         }
@@ -133,6 +147,7 @@ impl Target {
             zookeeper_key: self.zookeeper_key.clone(),
             datacenter_id: self.datacenter_id.clone(),
             worker_id: self.worker_id.clone(),
+            max_clock_step_ms: max_clock_step_ms.cloned(),
             ..ServeArgs::default()
         };
         let config = Config::resolve(&args, epoch_ms)?;
@@ -219,9 +234,12 @@ fn local_marks(
 }
 
 fn show(args: &ShowArgs, epoch_ms: Option<&str>, out: &mut impl Write) -> anyhow::Result<()> {
-    let Resolved { config, pair } = args.target.resolve(epoch_ms)?;
+    let Resolved { config, pair } = args
+        .target
+        .resolve(epoch_ms, args.max_clock_step_ms.as_ref())?;
     let layout = config.layout;
     let local = local_marks(&config.state_dir, &layout, pair)?;
+    let clock = ClockShown::read(&config.state_dir, config.max_clock_step_ms);
     let fleet = match pair {
         Some((d, w)) => fleet_mark(&config, d, w)?,
         None => None,
@@ -238,6 +256,7 @@ fn show(args: &ShowArgs, epoch_ms: Option<&str>, out: &mut impl Write) -> anyhow
                 "holder": mark.holder,
                 "value": mark.value,
             })),
+            "clock": clock.json(),
         });
         writeln!(out, "{value}")?;
         return Ok(());
@@ -269,6 +288,7 @@ fn show(args: &ShowArgs, epoch_ms: Option<&str>, out: &mut impl Write) -> anyhow
             path.display()
         )?;
     }
+    clock.write_text(out)?;
     if let Some((service, mark)) = &fleet {
         writeln!(out, "{service} {}", mark.location)?;
         writeln!(
@@ -283,6 +303,141 @@ fn show(args: &ShowArgs, epoch_ms: Option<&str>, out: &mut impl Write) -> anyhow
         }
     }
     Ok(())
+}
+
+/// `clock.json`, the previous run's last trusted time, beside what the clock reads now: what
+/// the clock check at the next start will compare (see `snowflake_server::clock_trust`).
+enum ClockShown {
+    /// No record: the next start trusts its first reading (or the latest mark, if later).
+    None { path: PathBuf },
+    /// A record the node cannot use: the next start logs this and trusts its first reading.
+    Unreadable { path: PathBuf, error: String },
+    /// A record.
+    Record {
+        path: PathBuf,
+        stored: StoredClock,
+        /// The wall clock now (Unix ms).
+        now_ms: u64,
+        /// On this boot: what the check at a start now would find.
+        checked: Option<Checked>,
+        /// The --max-clock-step-ms the check used.
+        max_step_ms: u64,
+    },
+}
+
+impl ClockShown {
+    fn read(dir: &Path, max_step_ms: u64) -> ClockShown {
+        let path = StateDir::clock_path(dir);
+        match StateDir::read_clock(dir) {
+            Ok(None) => ClockShown::None { path },
+            Err(error) => ClockShown::Unreadable { path, error },
+            Ok(Some(stored)) => {
+                let mut anchor = ClockAnchor::now(&SystemClock);
+                let now_ms = anchor.wall_ms;
+                let checked = anchor.check_against(&stored.point, max_step_ms);
+                ClockShown::Record {
+                    path,
+                    stored,
+                    now_ms,
+                    checked,
+                    max_step_ms,
+                }
+            }
+        }
+    }
+
+    fn json(&self) -> serde_json::Value {
+        match self {
+            ClockShown::None { .. } => serde_json::Value::Null,
+            ClockShown::Unreadable { path, error } => json!({
+                "file": path.display().to_string(),
+                "error": error,
+            }),
+            ClockShown::Record {
+                path,
+                stored,
+                now_ms,
+                checked,
+                max_step_ms,
+            } => json!({
+                "file": path.display().to_string(),
+                "trusted_ms": stored.point.trusted_ms,
+                "time": format_unix_ms(stored.point.trusted_ms),
+                "boot_id": stored.point.boot_id,
+                "since_boot_ms": stored.point.since_boot_ms,
+                "pid": stored.pid,
+                "this_boot": checked.is_some(),
+                "now_ms": now_ms,
+                "expected_now_ms": checked.map(|c| c.expected_ms),
+                "ahead_ms": checked.map(|c| i128::from(*now_ms) - i128::from(c.expected_ms)),
+                "max_clock_step_ms": max_step_ms,
+                "start_sees_step": checked.map(|c| c.stepped),
+            }),
+        }
+    }
+
+    fn write_text(&self, out: &mut impl Write) -> anyhow::Result<()> {
+        match self {
+            ClockShown::None { path } => writeln!(
+                out,
+                "  no clock record ({}): a start trusts its first clock reading",
+                path.display()
+            )?,
+            ClockShown::Unreadable { error, .. } => writeln!(
+                out,
+                "  clock record unusable ({error}): a start logs this and trusts its first clock reading"
+            )?,
+            ClockShown::Record {
+                path,
+                stored,
+                now_ms,
+                checked,
+                max_step_ms,
+            } => {
+                writeln!(
+                    out,
+                    "  clock record: trusted {} ({}), written by pid {} ({})",
+                    stored.point.trusted_ms,
+                    format_unix_ms(stored.point.trusted_ms),
+                    stored.pid,
+                    path.display()
+                )?;
+                match checked {
+                    None => writeln!(
+                        out,
+                        "    from an earlier boot: a start does not compare the clock with it"
+                    )?,
+                    Some(c) => {
+                        let ahead = i128::from(*now_ms) - i128::from(c.expected_ms);
+                        let verdict = if !c.stepped {
+                            "a start now trusts the clock".to_owned()
+                        } else if ahead > i128::from(MAX_AUTO_TRUSTED_STEP_MS) {
+                            format!(
+                                "a start now sees a forward step of more than a day and never \
+                                 trusts it automatically: if the new time is right, remove {} \
+                                 and start again",
+                                path.display()
+                            )
+                        } else {
+                            format!(
+                                "a start now sees a forward step (more than --max-clock-step-ms \
+                                 {max_step_ms} and the drift allowance) and issues nothing until \
+                                 it has held for --clock-step-trust-secs"
+                            )
+                        };
+                        writeln!(
+                            out,
+                            "    this boot, {} ms ago: the clock should read {} and reads {} ({ahead:+} ms); {verdict}",
+                            c.down_ms,
+                            format_unix_ms(c.expected_ms),
+                            format_unix_ms(*now_ms),
+                        )?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
 }
 
 /// The fleet's copy of the pair's mark, if the node runs in a fleet.
@@ -325,7 +480,7 @@ fn operator() -> String {
 }
 
 fn lower(args: &LowerArgs, epoch_ms: Option<&str>, out: &mut impl Write) -> anyhow::Result<()> {
-    let Resolved { config, pair } = args.target.resolve(epoch_ms)?;
+    let Resolved { config, pair } = args.target.resolve(epoch_ms, None)?;
     let layout = config.layout;
     let Some((datacenter_id, worker_id)) = pair else {
         bail!("lower-mark needs the pair: --datacenter-id D --worker-id W");

@@ -2,7 +2,7 @@
 //! against a real state directory, a real etcd and a real ZooKeeper.
 
 use crate::etcd_cluster::EtcdCluster;
-use crate::support::{Serve, assert_exit, binary, now_ms, state_file, temp_dir};
+use crate::support::{Serve, assert_exit, binary, libfaketime, now_ms, state_file, temp_dir};
 use crate::zookeeper_fleet::zk_node_with_session;
 use crate::zookeeper_server::ZooKeeper;
 use std::path::Path;
@@ -99,6 +99,146 @@ fn state_show_prints_the_local_marks_in_text_and_json() {
         stderr(&refused).contains("--datacenter-id and --worker-id"),
         "{}",
         stderr(&refused)
+    );
+}
+
+/// `state show` with the process's wall clock offset by libfaketime (`FAKETIME=+2d`), the boot
+/// clock left real: as after a clock step while the node was down.
+fn snowflake_with_clock(offset: &str, args: &[&str]) -> Output {
+    Command::new(binary())
+        .args(args)
+        .env_remove("SNOWFLAKE_STATE_DIR")
+        .env_remove("SNOWFLAKE_MAX_CLOCK_STEP_MS")
+        .env("LD_PRELOAD", libfaketime())
+        .env("FAKETIME", offset)
+        .env("FAKETIME_DONT_FAKE_MONOTONIC", "1")
+        .output()
+        .expect("run snowflake")
+}
+
+#[test]
+fn state_show_says_what_the_clock_check_at_the_next_start_will_find() {
+    let dir = temp_dir();
+    let state = dir.path().to_str().unwrap();
+    let show_json = |output: Output| -> serde_json::Value {
+        assert_status(&output, 0);
+        serde_json::from_str(&stdout(&output)).unwrap()
+    };
+
+    // No record yet.
+    let none = show_json(snowflake(&[
+        "state",
+        "show",
+        "--state-dir",
+        state,
+        "--json",
+    ]));
+    assert!(none["clock"].is_null(), "{none}");
+    let text = stdout(&snowflake(&["state", "show", "--state-dir", state]));
+    assert!(text.contains("no clock record"), "{text}");
+
+    // A node ran and stopped: the record is from this boot, and the clock agrees with it.
+    let node = Serve::new(dir.path()).start();
+    assert_eq!(node.get("/v1/id").status, 200);
+    assert_exit(&node.stop_with("TERM"), 0);
+    let record: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("clock.json")).unwrap())
+            .unwrap();
+    let shown = show_json(snowflake(&[
+        "state",
+        "show",
+        "--state-dir",
+        state,
+        "--json",
+    ]));
+    let clock = &shown["clock"];
+    assert_eq!(clock["trusted_ms"], record["trusted_ms"], "{shown}");
+    assert_eq!(clock["pid"], record["pid"], "{shown}");
+    assert_eq!(clock["this_boot"], true, "{shown}");
+    assert_eq!(clock["start_sees_step"], false, "{shown}");
+    let ahead = clock["ahead_ms"].as_i64().unwrap();
+    assert!(ahead.abs() < 1000, "the clock has not moved: {shown}");
+    let text = stdout(&snowflake(&["state", "show", "--state-dir", state]));
+    assert!(text.contains("a start now trusts the clock"), "{text}");
+
+    // The wall clock stepped 5 s ahead (the boot clock did not): a start would see the step.
+    let stepped = show_json(snowflake_with_clock(
+        "+5",
+        &["state", "show", "--state-dir", state, "--json"],
+    ));
+    let ahead = stepped["clock"]["ahead_ms"].as_i64().unwrap();
+    assert!((4000..6000).contains(&ahead), "{stepped}");
+    assert_eq!(stepped["clock"]["start_sees_step"], true, "{stepped}");
+    // ... unless the node allows steps that large.
+    let allowed = show_json(snowflake_with_clock(
+        "+5",
+        &[
+            "state",
+            "show",
+            "--state-dir",
+            state,
+            "--json",
+            "--max-clock-step-ms",
+            "60000",
+        ],
+    ));
+    assert_eq!(allowed["clock"]["start_sees_step"], false, "{allowed}");
+    // Two days: never trusted automatically; the text says what the operator can do.
+    let text = stdout(&snowflake_with_clock(
+        "+2d",
+        &["state", "show", "--state-dir", state],
+    ));
+    assert!(
+        text.contains("more than a day") && text.contains("remove") && text.contains("clock.json"),
+        "{text}"
+    );
+
+    // A record from an earlier boot is not compared.
+    let mut earlier = record.clone();
+    earlier["boot_id"] = "00000000-0000-0000-0000-000000000000".into();
+    std::fs::write(dir.path().join("clock.json"), earlier.to_string()).unwrap();
+    let shown = show_json(snowflake(&[
+        "state",
+        "show",
+        "--state-dir",
+        state,
+        "--json",
+    ]));
+    assert_eq!(shown["clock"]["this_boot"], false, "{shown}");
+    assert!(shown["clock"]["ahead_ms"].is_null(), "{shown}");
+    let text = stdout(&snowflake(&["state", "show", "--state-dir", state]));
+    assert!(text.contains("earlier boot"), "{text}");
+
+    // An unusable record is reported, not fatal (the node does not refuse to start on it either).
+    std::fs::write(dir.path().join("clock.json"), "{ not json").unwrap();
+    let shown = show_json(snowflake(&[
+        "state",
+        "show",
+        "--state-dir",
+        state,
+        "--json",
+    ]));
+    let error = shown["clock"]["error"].as_str().unwrap();
+    assert!(
+        error.contains("clock.json") && error.contains("not a clock record"),
+        "{shown}"
+    );
+    assert_eq!(shown["local"].as_array().unwrap().len(), 1, "{shown}");
+
+    // A bad --max-clock-step-ms is an error naming it.
+    let bad = snowflake(&[
+        "state",
+        "show",
+        "--state-dir",
+        state,
+        "--max-clock-step-ms",
+        "-1",
+    ]);
+    assert_status(&bad, 1);
+    assert!(
+        stderr(&bad).contains("max-clock-step-ms"),
+        "{}",
+        stderr(&bad)
     );
 }
 

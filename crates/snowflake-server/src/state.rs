@@ -153,6 +153,15 @@ struct ClockRecord {
     pid: u32,
 }
 
+/// `clock.json` as an operator tool reads it: the trusted point and the process that wrote it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredClock {
+    /// The time the node trusted, and the boot time it trusted it at.
+    pub point: TrustedPoint,
+    /// The process that wrote the record.
+    pub pid: u32,
+}
+
 /// An open, locked state directory. The lock is released when this is dropped.
 #[derive(Debug)]
 pub struct StateDir {
@@ -379,7 +388,14 @@ impl StateDir {
     /// an error to log, not a reason to refuse to start: without it the node trusts its first
     /// reading, as it would on a new boot.
     pub fn load_clock(&self) -> Result<Option<TrustedPoint>, String> {
-        let path = self.path.join(CLOCK_FILE);
+        Ok(Self::read_clock(&self.path)?.map(|stored| stored.point))
+    }
+
+    /// `clock.json` of the state directory `dir`, read without taking the lock (for operator
+    /// tools: a running node replaces the file atomically, so a reader sees one whole record or
+    /// the other). `None` when there is none; an error names the file and what is wrong.
+    pub fn read_clock(dir: &Path) -> Result<Option<StoredClock>, String> {
+        let path = dir.join(CLOCK_FILE);
         let text = match read_bounded(&path) {
             Ok(text) => text,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
@@ -394,11 +410,19 @@ impl StateDir {
                 record.format
             ));
         }
-        Ok(Some(TrustedPoint {
-            boot_id: record.boot_id,
-            since_boot_ms: record.since_boot_ms,
-            trusted_ms: record.trusted_ms,
+        Ok(Some(StoredClock {
+            point: TrustedPoint {
+                boot_id: record.boot_id,
+                since_boot_ms: record.since_boot_ms,
+                trusted_ms: record.trusted_ms,
+            },
+            pid: record.pid,
         }))
+    }
+
+    /// The path of `clock.json` in the state directory `dir`.
+    pub fn clock_path(dir: &Path) -> PathBuf {
+        dir.join(CLOCK_FILE)
     }
 
     /// Records a trusted time and its boot time in `clock.json` (atomically replaced, and not
