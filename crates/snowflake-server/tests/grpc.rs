@@ -825,6 +825,51 @@ async fn a_draining_listener_refuses_new_connections_and_times_out_a_stalled_cal
         .unwrap();
 }
 
+/// A call the request timeout cuts (its message never comes) is answered `CANCELLED`, and
+/// counted and observed like any other: on the fast path (`NextId`) and on tonic's (`NextIds`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_cut_by_the_request_timeout_is_counted_and_observed() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = config(dir.path());
+    config.request_timeout = Duration::from_millis(300);
+    let server = TestServer::start(config, ManualClock::new(T)).await;
+    server.wait_ready().await;
+    let addr = server.grpc_addr.unwrap();
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (mut h2, connection) = h2::client::handshake(tcp).await.unwrap();
+    tokio::spawn(connection);
+    let mut unsent = Vec::new();
+    for method in ["NextId", "NextIds"] {
+        let request = http::Request::builder()
+            .method("POST")
+            .uri(format!("http://{addr}/snowflake.v1.Snowflake/{method}"))
+            .header("content-type", "application/grpc")
+            .body(())
+            .unwrap();
+        let (response, body_never_sent) = h2.send_request(request, false).unwrap();
+        unsent.push(body_never_sent);
+        let response = tokio::time::timeout(Duration::from_secs(5), response)
+            .await
+            .expect("answered within the request timeout")
+            .unwrap();
+        assert_eq!(
+            response.headers().get("grpc-status").unwrap(),
+            "1",
+            "{method}"
+        );
+    }
+    let text = server.get("/metrics").await.body;
+    for line in [
+        "snowflake_requests_total{protocol=\"grpc\",route=\"/snowflake.v1.Snowflake/NextId\",status=\"1\"} 1\n",
+        "snowflake_requests_total{protocol=\"grpc\",route=\"/snowflake.v1.Snowflake/NextIds\",status=\"1\"} 1\n",
+        "snowflake_request_duration_seconds_count{protocol=\"grpc\",route=\"/snowflake.v1.Snowflake/NextId\"} 1\n",
+        "snowflake_request_duration_seconds_count{protocol=\"grpc\",route=\"/snowflake.v1.Snowflake/NextIds\"} 1\n",
+    ] {
+        assert!(text.contains(line), "missing {line:?} in\n{text}");
+    }
+    server.stop().await;
+}
+
 /// Serves a `NextId` on a new connection, retrying (in real time, bounded by `limit`) while the
 /// connection cap refuses it; returns how long that took.
 async fn served_within(server: &TestServer, limit: Duration) -> Duration {

@@ -99,16 +99,21 @@ impl SnowflakeService {
         started: Instant,
         result: Result<T, Status>,
     ) -> Result<T, Status> {
-        if let Some((_, latency)) = self.latency.iter().find(|(m, _)| *m == method) {
-            latency.observe(started.elapsed());
-        }
         let code = match &result {
             Ok(_) => tonic::Code::Ok,
             Err(status) => status.code(),
         };
+        self.count(method, started, code);
+        result
+    }
+
+    /// Counts one call of `method` answered with `code`, and observes how long it took.
+    fn count(&self, method: &'static str, started: Instant, code: tonic::Code) {
+        if let Some((_, latency)) = self.latency.iter().find(|(m, _)| *m == method) {
+            latency.observe(started.elapsed());
+        }
         let code = u16::try_from(i32::from(code)).unwrap_or(u16::MAX);
         self.node.metrics().request(Protocol::Grpc, method, code);
-        result
     }
 
     async fn issue(&self, count: u64) -> Result<Vec<IdBatch>, Status> {

@@ -30,7 +30,7 @@
 //! - it sends a call's headers but not its message: the request timeout answers the call.
 
 use super::pb::{NextIdRequest, NextIdResponse};
-use super::{MAX_REQUEST_BYTES, NEXT_ID, SnowflakeService};
+use super::{DECODE, GET_INFO, MAX_REQUEST_BYTES, NEXT_ID, NEXT_IDS, STREAM_IDS, SnowflakeService};
 use bytes::{Buf, Bytes, BytesMut};
 use h2::server::SendResponse;
 use h2::{Ping, RecvStream, SendStream};
@@ -244,14 +244,40 @@ async fn handle(shared: Arc<Shared>, request: Request<RecvStream>, respond: Send
     let timeout = grpc_timeout(request.headers()).map_or(shared.request_timeout, |client| {
         client.min(shared.request_timeout)
     });
+    let started = tokio::time::Instant::now();
     if is_plain_next_id(&request) {
-        next_id(&shared, timeout, request, respond).await;
+        next_id(&shared, started, timeout, request, respond).await;
     } else {
         let request = request.map(H2Body::new);
         // Boxed, as below: tonic's futures are large, and every spawned call would otherwise
         // copy room for them, `NextId` included.
-        Box::pin(bridge(&shared, timeout, request, respond)).await;
+        Box::pin(bridge(&shared, started, timeout, request, respond)).await;
     }
+}
+
+/// Our method of `path`, as its metrics name it; `None` for other services' (health,
+/// reflection) and unknown paths.
+fn our_method(path: &str) -> Option<&'static str> {
+    [NEXT_ID, NEXT_IDS, DECODE, STREAM_IDS, GET_INFO]
+        .into_iter()
+        .find(|method| *method == path)
+}
+
+/// The answer to a call the request timeout cut (`CANCELLED`, as tonic's), counted and observed
+/// as the method's, like every other answer: the handler that would have counted it was
+/// dropped with the call.
+fn timed_out(
+    shared: &Shared,
+    method: Option<&'static str>,
+    started: tokio::time::Instant,
+) -> Status {
+    let status = Status::cancelled("Timeout expired");
+    if let Some(method) = method {
+        shared
+            .service
+            .count(method, started.into_std(), status.code());
+    }
+    status
 }
 
 /// The client's deadline from a `grpc-timeout` header (`1S`, `250m`, ...: at most 8 digits and
@@ -290,6 +316,7 @@ fn is_plain_next_id(request: &Request<RecvStream>) -> bool {
 /// Answers `NextId` in place, or hands a request body that is not one plain message to tonic.
 async fn next_id(
     shared: &Shared,
+    started: tokio::time::Instant,
     timeout: Duration,
     request: Request<RecvStream>,
     mut respond: SendResponse<Bytes>,
@@ -297,21 +324,19 @@ async fn next_id(
     let (parts, mut body) = request.into_parts();
     // The request timeout covers reading the body too, as tonic's did: a client that sends
     // the headers and never the message does not hold the stream (or a drain) for ever.
-    let started = tokio::time::Instant::now();
     let received = match tokio::time::timeout(timeout, read_some(&mut body)).await {
         Ok(Some(received)) => received,
         Ok(None) => return,
         Err(_elapsed) => {
-            let _ =
-                respond.send_response(Status::cancelled("Timeout expired").into_http::<()>(), true);
+            let status = timed_out(shared, Some(NEXT_ID), started);
+            let _ = respond.send_response(status.into_http::<()>(), true);
             return;
         }
     };
     if !is_one_plain_message::<NextIdRequest>(&received) || !body.is_end_stream() {
         // tonic answers malformed, compressed, oversized or extra frames its usual way.
         let request = Request::from_parts(parts, H2Body::with_prefix(received, body));
-        let left = timeout.saturating_sub(started.elapsed());
-        Box::pin(bridge(shared, left, request, respond)).await;
+        Box::pin(bridge(shared, started, timeout, request, respond)).await;
         return;
     }
     let left = timeout.saturating_sub(started.elapsed());
@@ -390,8 +415,10 @@ fn grpc_frame<M: Message>(message: &M) -> Bytes {
 }
 
 /// Runs a call through tonic's routes and sends its response.
+/// `timeout` counts from `started`, when the call's headers came in.
 async fn bridge<B>(
     shared: &Shared,
+    started: tokio::time::Instant,
     timeout: Duration,
     request: Request<B>,
     respond: SendResponse<Bytes>,
@@ -400,10 +427,11 @@ async fn bridge<B>(
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
     let routes = shared.routes.clone();
-    let response = match tokio::time::timeout(timeout, routes.oneshot(request)).await {
+    let method = our_method(request.uri().path());
+    let response = match tokio::time::timeout_at(started + timeout, routes.oneshot(request)).await {
         Ok(Ok(response)) => response,
         Ok(Err(never)) => match never {},
-        Err(_elapsed) => Status::cancelled("Timeout expired")
+        Err(_elapsed) => timed_out(shared, method, started)
             .into_http::<()>()
             .map(|()| tonic::body::Body::empty()),
     };
