@@ -156,6 +156,39 @@ async fn pipelined_commands_each_count_in_the_latency_histogram() {
     server.stop().await;
 }
 
+/// Commands answered in the same batch as a malformed request are observed too: their replies
+/// go out with the error, before the connection closes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commands_before_a_protocol_error_are_observed() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start(config(dir.path()), ManualClock::new(T)).await;
+    server.wait_ready().await;
+    let mut stream = TcpStream::connect(server.resp_addr.unwrap()).await.unwrap();
+    stream
+        .write_all(b"INCR a\r\nINCR a\r\n*abc\r\n")
+        .await
+        .unwrap();
+    let mut replies = Vec::new();
+    tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut replies))
+        .await
+        .expect("closed after the error")
+        .unwrap();
+    let text = String::from_utf8_lossy(&replies);
+    assert_eq!(
+        text.matches("\r\n:").count() + usize::from(text.starts_with(':')),
+        2,
+        "{text}"
+    );
+    assert!(text.contains("-ERR"), "{text}");
+    server
+        .wait_for_metrics(&[
+            "snowflake_request_duration_seconds_count{protocol=\"resp\",route=\"incr\"} 2\n",
+            "snowflake_requests_total{protocol=\"resp\",route=\"protocol_error\",status=\"400\"} 1\n",
+        ])
+        .await;
+    server.stop().await;
+}
+
 /// A command the node cannot answer now (the clock behind the last ID) counts as 503, as HTTP
 /// answers it; a bad one as 400: the alert on ID requests without IDs tells them apart.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

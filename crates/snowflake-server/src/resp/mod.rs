@@ -266,7 +266,10 @@ async fn connection<S>(
                     node.metrics()
                         .request(Protocol::Resp, "protocol_error", 400);
                     error_reply(&mut out, &format!("ERR {err}"));
-                    let _ = idle.write(&mut stream, &mut out).await;
+                    // The commands before it in this batch are answered in the same write.
+                    if idle.write(&mut stream, &mut out).await {
+                        session.observe_written(read_at);
+                    }
                     tracing::debug!(error = %err, "closing a resp connection that sent a bad request");
                     return;
                 }
