@@ -42,6 +42,12 @@ fn assert_status(output: &Output, code: i32) {
     );
 }
 
+/// The command failed (exit status 1) with `needle` in its message.
+fn assert_refused(output: &Output, needle: &str) {
+    assert_status(output, 1);
+    assert!(stderr(output).contains(needle), "{}", stderr(output));
+}
+
 /// Writes a state file for datacenter 0 worker 0 with `high_water_ms`, as a node would.
 fn poison_local(dir: &Path, high_water_ms: u64) {
     std::fs::create_dir_all(dir).unwrap();
@@ -94,12 +100,7 @@ fn state_show_prints_the_local_marks_in_text_and_json() {
         "--etcd-endpoints",
         "http://127.0.0.1:1",
     ]);
-    assert_status(&refused, 1);
-    assert!(
-        stderr(&refused).contains("--datacenter-id and --worker-id"),
-        "{}",
-        stderr(&refused)
-    );
+    assert_refused(&refused, "--datacenter-id and --worker-id");
 }
 
 /// `state show` with the process's wall clock offset by libfaketime (`FAKETIME=+2d`), the boot
@@ -234,12 +235,7 @@ fn state_show_says_what_the_clock_check_at_the_next_start_will_find() {
         "--max-clock-step-ms",
         "-1",
     ]);
-    assert_status(&bad, 1);
-    assert!(
-        stderr(&bad).contains("max-clock-step-ms"),
-        "{}",
-        stderr(&bad)
-    );
+    assert_refused(&bad, "max-clock-step-ms");
 }
 
 #[test]
@@ -271,23 +267,13 @@ fn state_lower_mark_is_refused_while_a_node_runs_then_lowers_a_poisoned_local_ma
     let node = Serve::new(&state_dir).start();
     assert_eq!(node.get("/v1/id").status, 200);
     let refused = lower(true);
-    assert_status(&refused, 1);
-    assert!(
-        stderr(&refused).contains("in use by another snowflake process"),
-        "{}",
-        stderr(&refused)
-    );
+    assert_refused(&refused, "in use by another snowflake process");
     assert_exit(&node.stop_with("TERM"), 0);
 
     // A mark 20 years ahead: the node would wait for it.
     poison_local(&state_dir, POISONED_MS);
     let unconfirmed = lower(false);
-    assert_status(&unconfirmed, 1);
-    assert!(
-        stderr(&unconfirmed).contains("--yes"),
-        "{}",
-        stderr(&unconfirmed)
-    );
+    assert_refused(&unconfirmed, "--yes");
     assert_eq!(
         state_file(&state_dir, 0, 0)["high_water_ms"].as_u64(),
         Some(POISONED_MS)
@@ -375,12 +361,7 @@ fn state_tools_read_and_lower_the_etcd_copy_only_while_nobody_holds_the_pair() {
     let now = now_ms().to_string();
     // From the node's own state directory the lock refuses; from elsewhere, the holder does.
     let refused = fleet(&["lower-mark", "--to", &now, "--yes"]);
-    assert_status(&refused, 1);
-    assert!(
-        stderr(&refused).contains("in use by another snowflake process"),
-        "{}",
-        stderr(&refused)
-    );
+    assert_refused(&refused, "in use by another snowflake process");
     let elsewhere = temp_dir();
     let refused = snowflake(&[
         "state",
