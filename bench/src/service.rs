@@ -440,59 +440,16 @@ struct Services {
 /// A CA and a server certificate for 127.0.0.1 (RSA 2048, as most deployments have), made with
 /// openssl in `dir`: `ca.crt`, `server.crt`, `server.key`.
 fn make_certs(dir: &Path) -> Result<()> {
-    let openssl = |args: &[&str]| run_cmd(Command::new("openssl").current_dir(dir).args(args));
-    openssl(&[
-        "req",
-        "-x509",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-keyout",
-        "ca.key",
-        "-out",
-        "ca.crt",
-        "-days",
-        "2",
-        "-subj",
-        "/CN=compare-ca",
-        "-addext",
-        "basicConstraints=critical,CA:TRUE",
-        "-addext",
-        "keyUsage=critical,keyCertSign,cRLSign",
-    ])?;
-    openssl(&[
-        "req",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-keyout",
-        "server.key",
-        "-out",
-        "server.csr",
-        "-subj",
-        "/CN=compare",
-    ])?;
-    std::fs::write(
-        dir.join("server.ext"),
-        "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n",
+    use snowflake_testcerts::Usage;
+    snowflake_testcerts::ca(dir, "ca", "compare-ca", 2)?;
+    snowflake_testcerts::issue(
+        dir,
+        "server",
+        "compare",
+        "ca",
+        Usage::Server(&["IP:127.0.0.1"]),
+        2,
     )?;
-    openssl(&[
-        "x509",
-        "-req",
-        "-in",
-        "server.csr",
-        "-CA",
-        "ca.crt",
-        "-CAkey",
-        "ca.key",
-        "-CAcreateserial",
-        "-days",
-        "2",
-        "-extfile",
-        "server.ext",
-        "-out",
-        "server.crt",
-    ])?;
     Ok(())
 }
 

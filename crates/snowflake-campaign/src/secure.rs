@@ -18,13 +18,13 @@
 //!   (the same flags), Thrift plaintext (2010 clients); probes go to `--admin-addr`.
 
 use crate::fleet::Mode;
-use anyhow::{Context, bail};
+use anyhow::Context;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use snowflake_testcerts::Usage;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -86,41 +86,12 @@ fn write_private(path: &Path, contents: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn openssl(dir: &Path, args: &[&str]) -> anyhow::Result<()> {
-    let out = Command::new("openssl")
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .context("cannot run openssl (Debian: openssl)")?;
-    if !out.status.success() {
-        bail!(
-            "openssl {}: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    Ok(())
-}
-
-/// The extensions of a certificate: a server's with IP SANs, or a client's.
-fn cert_extensions(server_ips: Option<&[Ipv4Addr]>) -> String {
-    match server_ips {
-        Some(ips) => {
-            let sans: Vec<String> = ips
-                .iter()
-                .map(|ip| format!("IP:{ip}"))
-                .chain(["IP:127.0.0.1".to_owned()])
-                .collect();
-            // clientAuth too: etcd's own gateway dials the member with its server certificate.
-            format!(
-                "subjectAltName={}\nextendedKeyUsage=serverAuth,clientAuth\n\
-                 keyUsage=critical,digitalSignature,keyEncipherment\n",
-                sans.join(",")
-            )
-        }
-        None => "extendedKeyUsage=clientAuth\nkeyUsage=critical,digitalSignature,keyEncipherment\n"
-            .to_owned(),
-    }
+/// The subject alternative names of a server certificate for `ips` (and loopback).
+fn server_sans(ips: &[Ipv4Addr]) -> Vec<String> {
+    ips.iter()
+        .map(|ip| format!("IP:{ip}"))
+        .chain(["IP:127.0.0.1".to_owned()])
+        .collect()
 }
 
 impl Secure {
@@ -148,70 +119,22 @@ impl Secure {
             dir.to_path_buf(),
             [random_password()?, random_password()?, random_password()?],
         );
-        openssl(
-            dir,
-            &[
-                "req",
-                "-x509",
-                "-newkey",
-                "rsa:2048",
-                "-nodes",
-                "-keyout",
-                "ca.key",
-                "-out",
-                "ca.crt",
-                "-days",
-                "30",
-                "-subj",
-                "/CN=campaign-ca",
-                "-addext",
-                "basicConstraints=critical,CA:TRUE",
-                "-addext",
-                "keyUsage=critical,keyCertSign,cRLSign",
-            ],
-        )?;
-        for (name, cn, server_ips) in [
-            ("member", "campaign-coordinator", Some(member_ips)),
-            ("node", "snowflake-node-api", Some(node_ips)),
-            ("fleet", NODE_CLIENT_CN, None),
-            ("client", CAMPAIGN_CN, None),
+        snowflake_testcerts::ca(dir, "ca", "campaign-ca", 30)?;
+        let member_sans = server_sans(member_ips);
+        let node_sans = server_sans(node_ips);
+        let member_sans: Vec<&str> = member_sans.iter().map(String::as_str).collect();
+        let node_sans: Vec<&str> = node_sans.iter().map(String::as_str).collect();
+        for (name, cn, usage) in [
+            (
+                "member",
+                "campaign-coordinator",
+                Usage::Server(&member_sans),
+            ),
+            ("node", "snowflake-node-api", Usage::Server(&node_sans)),
+            ("fleet", NODE_CLIENT_CN, Usage::Client),
+            ("client", CAMPAIGN_CN, Usage::Client),
         ] {
-            openssl(
-                dir,
-                &[
-                    "req",
-                    "-newkey",
-                    "rsa:2048",
-                    "-nodes",
-                    "-keyout",
-                    &format!("{name}.key"),
-                    "-out",
-                    &format!("{name}.csr"),
-                    "-subj",
-                    &format!("/CN={cn}"),
-                ],
-            )?;
-            std::fs::write(dir.join(format!("{name}.ext")), cert_extensions(server_ips))?;
-            openssl(
-                dir,
-                &[
-                    "x509",
-                    "-req",
-                    "-in",
-                    &format!("{name}.csr"),
-                    "-CA",
-                    "ca.crt",
-                    "-CAkey",
-                    "ca.key",
-                    "-CAcreateserial",
-                    "-out",
-                    &format!("{name}.crt"),
-                    "-days",
-                    "30",
-                    "-extfile",
-                    &format!("{name}.ext"),
-                ],
-            )?;
+            snowflake_testcerts::issue(dir, name, cn, "ca", usage, 30)?;
         }
         for entry in std::fs::read_dir(dir)? {
             let path = entry?.path();
@@ -565,20 +488,15 @@ mod tests {
     }
 
     #[test]
-    fn server_certificates_name_every_ip_and_clients_only_client_auth() {
+    fn server_certificates_name_every_ip_and_loopback() {
         let ips = [
             Ipv4Addr::new(10, 213, 40, 11),
             Ipv4Addr::new(10, 213, 40, 12),
         ];
-        let server = cert_extensions(Some(&ips));
-        assert!(
-            server.starts_with("subjectAltName=IP:10.213.40.11,IP:10.213.40.12,IP:127.0.0.1\n"),
-            "{server}"
+        assert_eq!(
+            server_sans(&ips),
+            ["IP:10.213.40.11", "IP:10.213.40.12", "IP:127.0.0.1"]
         );
-        assert!(server.contains("serverAuth"));
-        let client = cert_extensions(None);
-        assert!(!client.contains("subjectAltName") && !client.contains("serverAuth"));
-        assert!(client.contains("extendedKeyUsage=clientAuth"));
     }
 
     #[test]
