@@ -125,17 +125,21 @@ fn state_show_says_what_the_clock_check_at_the_next_start_will_find() {
         assert_status(&output, 0);
         serde_json::from_str(&stdout(&output)).unwrap()
     };
+    let json_now = || {
+        show_json(snowflake(&[
+            "state",
+            "show",
+            "--state-dir",
+            state,
+            "--json",
+        ]))
+    };
+    let text_now = || stdout(&snowflake(&["state", "show", "--state-dir", state]));
 
     // No record yet.
-    let none = show_json(snowflake(&[
-        "state",
-        "show",
-        "--state-dir",
-        state,
-        "--json",
-    ]));
+    let none = json_now();
     assert!(none["clock"].is_null(), "{none}");
-    let text = stdout(&snowflake(&["state", "show", "--state-dir", state]));
+    let text = text_now();
     assert!(text.contains("no clock record"), "{text}");
 
     // A node ran and stopped: the record is from this boot, and the clock agrees with it.
@@ -145,13 +149,7 @@ fn state_show_says_what_the_clock_check_at_the_next_start_will_find() {
     let record: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(dir.path().join("clock.json")).unwrap())
             .unwrap();
-    let shown = show_json(snowflake(&[
-        "state",
-        "show",
-        "--state-dir",
-        state,
-        "--json",
-    ]));
+    let shown = json_now();
     let clock = &shown["clock"];
     assert_eq!(clock["trusted_ms"], record["trusted_ms"], "{shown}");
     assert_eq!(clock["pid"], record["pid"], "{shown}");
@@ -159,7 +157,7 @@ fn state_show_says_what_the_clock_check_at_the_next_start_will_find() {
     assert_eq!(clock["start_sees_step"], false, "{shown}");
     let ahead = clock["ahead_ms"].as_i64().unwrap();
     assert!(ahead.abs() < 1000, "the clock has not moved: {shown}");
-    let text = stdout(&snowflake(&["state", "show", "--state-dir", state]));
+    let text = text_now();
     assert!(text.contains("a start now trusts the clock"), "{text}");
 
     // The wall clock stepped 5 s ahead (the boot clock did not): a start would see the step.
@@ -198,27 +196,15 @@ fn state_show_says_what_the_clock_check_at_the_next_start_will_find() {
     let mut earlier = record.clone();
     earlier["boot_id"] = "00000000-0000-0000-0000-000000000000".into();
     std::fs::write(dir.path().join("clock.json"), earlier.to_string()).unwrap();
-    let shown = show_json(snowflake(&[
-        "state",
-        "show",
-        "--state-dir",
-        state,
-        "--json",
-    ]));
+    let shown = json_now();
     assert_eq!(shown["clock"]["this_boot"], false, "{shown}");
     assert!(shown["clock"]["ahead_ms"].is_null(), "{shown}");
-    let text = stdout(&snowflake(&["state", "show", "--state-dir", state]));
+    let text = text_now();
     assert!(text.contains("earlier boot"), "{text}");
 
     // An unusable record is reported, not fatal (the node does not refuse to start on it either).
     std::fs::write(dir.path().join("clock.json"), "{ not json").unwrap();
-    let shown = show_json(snowflake(&[
-        "state",
-        "show",
-        "--state-dir",
-        state,
-        "--json",
-    ]));
+    let shown = json_now();
     let error = shown["clock"]["error"].as_str().unwrap();
     assert!(
         error.contains("clock.json") && error.contains("not a clock record"),
