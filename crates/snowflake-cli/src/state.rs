@@ -369,7 +369,7 @@ impl ClockShown {
                 "this_boot": checked.is_some(),
                 "now_ms": now_ms,
                 "expected_now_ms": checked.map(|c| c.expected_ms),
-                "ahead_ms": checked.map(|c| i128::from(*now_ms) - i128::from(c.expected_ms)),
+                "ahead_ms": checked.map(|c| ahead_ms(*now_ms, c.expected_ms)),
                 "max_clock_step_ms": max_step_ms,
                 "start_sees_step": checked.map(|c| c.stepped),
             }),
@@ -408,10 +408,10 @@ impl ClockShown {
                         "    from an earlier boot: a start does not compare the clock with it"
                     )?,
                     Some(c) => {
-                        let ahead = i128::from(*now_ms) - i128::from(c.expected_ms);
+                        let ahead = ahead_ms(*now_ms, c.expected_ms);
                         let verdict = if !c.stepped {
                             "a start now trusts the clock".to_owned()
-                        } else if ahead > i128::from(MAX_AUTO_TRUSTED_STEP_MS) {
+                        } else if u64::try_from(ahead).is_ok_and(|a| a > MAX_AUTO_TRUSTED_STEP_MS) {
                             format!(
                                 "a start now sees a forward step of more than a day and never \
                                  trusts it automatically: if the new time is right, remove {} \
@@ -438,6 +438,13 @@ impl ClockShown {
         }
         Ok(())
     }
+}
+
+/// How far `now_ms` is ahead of `expected_ms` (negative: behind), clamped to an `i64`: a record
+/// can hold any `u64`, and JSON numbers beyond 64 bits are not ours to print.
+fn ahead_ms(now_ms: u64, expected_ms: u64) -> i64 {
+    let ahead = i128::from(now_ms) - i128::from(expected_ms);
+    i64::try_from(ahead).unwrap_or(if ahead < 0 { i64::MIN } else { i64::MAX })
 }
 
 /// The fleet's copy of the pair's mark, if the node runs in a fleet.

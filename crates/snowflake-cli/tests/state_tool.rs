@@ -202,6 +202,14 @@ fn state_show_says_what_the_clock_check_at_the_next_start_will_find() {
     let text = text_now();
     assert!(text.contains("earlier boot"), "{text}");
 
+    // A record of this boot dated at the end of time: shown, not a crash.
+    let mut far = record.clone();
+    far["trusted_ms"] = u64::MAX.into();
+    std::fs::write(dir.path().join("clock.json"), far.to_string()).unwrap();
+    let shown = json_now();
+    assert_eq!(shown["clock"]["ahead_ms"], i64::MIN, "{shown}");
+    assert!(text_now().contains("clock record: trusted 18446744073709551615"));
+
     // An unusable record is reported, not fatal (the node does not refuse to start on it either).
     std::fs::write(dir.path().join("clock.json"), "{ not json").unwrap();
     let shown = json_now();

@@ -414,8 +414,8 @@ fn grpc_frame<M: Message>(message: &M) -> Bytes {
     frame.freeze()
 }
 
-/// Runs a call through tonic's routes and sends its response.
-/// `timeout` counts from `started`, when the call's headers came in.
+/// Runs a call through tonic's routes and sends its response; `timeout` counts from `started`,
+/// when the call's headers came in.
 async fn bridge<B>(
     shared: &Shared,
     started: tokio::time::Instant,
