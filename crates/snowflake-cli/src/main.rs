@@ -475,6 +475,7 @@ async fn claim_from_etcd(
         ("http", listeners.http_addr()),
         ("grpc", listeners.grpc_addr()),
         ("thrift", listeners.thrift_addr()),
+        ("resp", listeners.resp_addr()),
     ]
     .into_iter()
     .filter_map(|(name, addr)| addr.map(|a| format!("{name}={a}")))

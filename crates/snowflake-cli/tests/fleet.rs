@@ -47,9 +47,18 @@ fn mark(etcd: &EtcdCluster, datacenter: u64, worker: u64) -> u64 {
 fn three_nodes_lease_distinct_workers_and_never_repeat_an_id() {
     let etcd = EtcdCluster::start(1);
     let dirs: Vec<_> = (0..3).map(|_| temp_dir()).collect();
+    // The first node with a RESP port too: every listener is in its claim.
     let nodes: Vec<ServeProcess> = dirs
         .iter()
-        .map(|d| fleet_node(&etcd, d.path()).start())
+        .enumerate()
+        .map(|(i, d)| {
+            let node = fleet_node(&etcd, d.path());
+            if i == 0 {
+                node.args(["--resp-addr", "127.0.0.1:0"]).start()
+            } else {
+                node.start()
+            }
+        })
         .collect();
     let workers: Vec<u64> = nodes.iter().map(worker_of).collect();
     let distinct: HashSet<u64> = workers.iter().copied().collect();
@@ -57,6 +66,14 @@ fn three_nodes_lease_distinct_workers_and_never_repeat_an_id() {
         distinct,
         HashSet::from([0, 1, 2]),
         "the lowest free workers"
+    );
+    let first = holder(&etcd, 0, workers[0]).expect("claim key");
+    let resp = nodes[0].logged_addr("resp listening");
+    assert!(
+        first["addresses"]
+            .to_string()
+            .contains(&format!("resp={resp}")),
+        "{first}"
     );
 
     // Each claim says who holds it, for operators using etcdctl.
