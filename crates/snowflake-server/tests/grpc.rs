@@ -763,6 +763,18 @@ async fn next_id_frames_of_every_shape_get_the_grpc_answer() {
         assert!(answer.body.is_empty(), "no ID with an error");
     }
 
+    // Each is counted with its code (tonic answered them before our handler ran).
+    let text = server.get("/metrics").await.body;
+    for (code, n) in [("13", 2), ("11", 1), ("12", 1)] {
+        let line = format!(
+            "snowflake_requests_total{{protocol=\"grpc\",route=\"/snowflake.v1.Snowflake/NextId\",status=\"{code}\"}} {n}\n"
+        );
+        assert!(text.contains(&line), "missing {line:?} in\n{text}");
+    }
+    assert!(
+        text.contains("snowflake_request_duration_seconds_count{protocol=\"grpc\",route=\"/snowflake.v1.Snowflake/NextId\"} 5\n"),
+        "{text}"
+    );
     // The node cannot issue: UNAVAILABLE with the reason and retry-after, trailers-only.
     server.clock.set_ms(T - 5_000);
     let refused = raw_next_id(&server, &[], vec![0, 0, 0, 0, 0]).await;

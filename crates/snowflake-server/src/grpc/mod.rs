@@ -124,6 +124,27 @@ impl SnowflakeService {
     }
 }
 
+/// Set by our handlers when they run. A call of one of our methods that tonic answers without
+/// running its handler (a malformed, compressed or oversized message) is then counted by the
+/// transport, from the status tonic sent, instead of by nobody.
+#[derive(Debug, Clone, Default)]
+struct Handled(Arc<std::sync::atomic::AtomicBool>);
+
+impl Handled {
+    /// Marks `request`'s call as counted by its handler (a no-op for calls the transport did
+    /// not tag).
+    fn mark<T>(request: &Request<T>) {
+        if let Some(handled) = request.extensions().get::<Handled>() {
+            handled.0.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
+    /// Whether a handler ran.
+    fn ran(&self) -> bool {
+        self.0.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
 /// The gRPC status for a refusal.
 pub fn to_status(err: IssueError) -> Status {
     match err {
@@ -207,8 +228,9 @@ pub type IdStream = Pin<Box<dyn Stream<Item = Result<NextIdsResponse, Status>> +
 impl Snowflake for SnowflakeService {
     async fn next_id(
         &self,
-        _request: Request<NextIdRequest>,
+        request: Request<NextIdRequest>,
     ) -> Result<Response<NextIdResponse>, Status> {
+        Handled::mark(&request);
         let started = Instant::now();
         let result = self.issue(1).await.map(|batches| {
             Response::new(NextIdResponse {
@@ -222,6 +244,7 @@ impl Snowflake for SnowflakeService {
         &self,
         request: Request<NextIdsRequest>,
     ) -> Result<Response<NextIdsResponse>, Status> {
+        Handled::mark(&request);
         let started = Instant::now();
         let result = async {
             let count = self
@@ -239,6 +262,7 @@ impl Snowflake for SnowflakeService {
         &self,
         request: Request<DecodeRequest>,
     ) -> Result<Response<DecodeResponse>, Status> {
+        Handled::mark(&request);
         let started = Instant::now();
         let result = (|| {
             let id = SnowflakeId::try_from(request.get_ref().id)
@@ -262,6 +286,7 @@ impl Snowflake for SnowflakeService {
         &self,
         request: Request<StreamIdsRequest>,
     ) -> Result<Response<IdStream>, Status> {
+        Handled::mark(&request);
         let started = Instant::now();
         let result = async {
             let StreamIdsRequest { count, chunk_size } = *request.get_ref();
@@ -303,8 +328,9 @@ impl Snowflake for SnowflakeService {
 
     async fn get_info(
         &self,
-        _request: Request<GetInfoRequest>,
+        request: Request<GetInfoRequest>,
     ) -> Result<Response<GetInfoResponse>, Status> {
+        Handled::mark(&request);
         let started = Instant::now();
         let result = (|| {
             let info = self.node.info();

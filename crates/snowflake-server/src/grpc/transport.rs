@@ -30,7 +30,9 @@
 //! - it sends a call's headers but not its message: the request timeout answers the call.
 
 use super::pb::{NextIdRequest, NextIdResponse};
-use super::{DECODE, GET_INFO, MAX_REQUEST_BYTES, NEXT_ID, NEXT_IDS, STREAM_IDS, SnowflakeService};
+use super::{
+    DECODE, GET_INFO, Handled, MAX_REQUEST_BYTES, NEXT_ID, NEXT_IDS, STREAM_IDS, SnowflakeService,
+};
 use bytes::{Buf, Bytes, BytesMut};
 use h2::server::SendResponse;
 use h2::{Ping, RecvStream, SendStream};
@@ -420,7 +422,7 @@ async fn bridge<B>(
     shared: &Shared,
     started: tokio::time::Instant,
     timeout: Duration,
-    request: Request<B>,
+    mut request: Request<B>,
     respond: SendResponse<Bytes>,
 ) where
     B: Body<Data = Bytes> + Send + 'static,
@@ -428,8 +430,27 @@ async fn bridge<B>(
 {
     let routes = shared.routes.clone();
     let method = our_method(request.uri().path());
+    let handled = method.map(|_| {
+        let handled = Handled::default();
+        request.extensions_mut().insert(handled.clone());
+        handled
+    });
     let response = match tokio::time::timeout_at(started + timeout, routes.oneshot(request)).await {
-        Ok(Ok(response)) => response,
+        Ok(Ok(response)) => {
+            if let (Some(method), Some(handled)) = (method, &handled)
+                && !handled.ran()
+            {
+                // tonic answered without our handler: count what it sent.
+                let code = response
+                    .headers()
+                    .get("grpc-status")
+                    .and_then(|v| v.to_str().ok())
+                    .and_then(|v| v.parse::<i32>().ok())
+                    .map_or(tonic::Code::Unknown, tonic::Code::from_i32);
+                shared.service.count(method, started.into_std(), code);
+            }
+            response
+        }
         Ok(Err(never)) => match never {},
         Err(_elapsed) => timed_out(shared, method, started)
             .into_http::<()>()
