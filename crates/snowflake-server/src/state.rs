@@ -395,7 +395,7 @@ impl StateDir {
     /// tools: a running node replaces the file atomically, so a reader sees one whole record or
     /// the other). `None` when there is none; an error names the file and what is wrong.
     pub fn read_clock(dir: &Path) -> Result<Option<StoredClock>, String> {
-        let path = dir.join(CLOCK_FILE);
+        let path = Self::clock_path(dir);
         let text = match read_bounded(&path) {
             Ok(text) => text,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),

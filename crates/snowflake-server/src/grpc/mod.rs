@@ -67,6 +67,8 @@ const NEXT_IDS: &str = "/snowflake.v1.Snowflake/NextIds";
 const DECODE: &str = "/snowflake.v1.Snowflake/Decode";
 const STREAM_IDS: &str = "/snowflake.v1.Snowflake/StreamIds";
 const GET_INFO: &str = "/snowflake.v1.Snowflake/GetInfo";
+/// All of them.
+const METHODS: [&str; 5] = [NEXT_ID, NEXT_IDS, DECODE, STREAM_IDS, GET_INFO];
 
 /// `snowflake.v1.Snowflake` over a [`Node`].
 #[derive(Debug, Clone)]
@@ -80,7 +82,7 @@ pub struct SnowflakeService {
 impl SnowflakeService {
     /// The service; `shutdown` flipping to true cuts running `StreamIds` calls short.
     pub fn new(node: Arc<Node>, shutdown: watch::Receiver<bool>) -> SnowflakeService {
-        let latency = [NEXT_ID, NEXT_IDS, DECODE, STREAM_IDS, GET_INFO]
+        let latency = METHODS
             .into_iter()
             .map(|method| (method, node.metrics().latency(Protocol::Grpc, method)))
             .collect();

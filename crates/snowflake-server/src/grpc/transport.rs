@@ -30,9 +30,7 @@
 //! - it sends a call's headers but not its message: the request timeout answers the call.
 
 use super::pb::{NextIdRequest, NextIdResponse};
-use super::{
-    DECODE, GET_INFO, Handled, MAX_REQUEST_BYTES, NEXT_ID, NEXT_IDS, STREAM_IDS, SnowflakeService,
-};
+use super::{Handled, MAX_REQUEST_BYTES, METHODS, NEXT_ID, SnowflakeService};
 use bytes::{Buf, Bytes, BytesMut};
 use h2::server::SendResponse;
 use h2::{Ping, RecvStream, SendStream};
@@ -260,9 +258,7 @@ async fn handle(shared: Arc<Shared>, request: Request<RecvStream>, respond: Send
 /// Our method of `path`, as its metrics name it; `None` for other services' (health,
 /// reflection) and unknown paths.
 fn our_method(path: &str) -> Option<&'static str> {
-    [NEXT_ID, NEXT_IDS, DECODE, STREAM_IDS, GET_INFO]
-        .into_iter()
-        .find(|method| *method == path)
+    METHODS.into_iter().find(|method| *method == path)
 }
 
 /// The answer to a call the request timeout cut (`CANCELLED`, as tonic's), counted and observed
@@ -430,14 +426,15 @@ async fn bridge<B>(
 {
     let routes = shared.routes.clone();
     let method = our_method(request.uri().path());
-    let handled = method.map(|_| {
+    // Our methods' calls carry a flag their handler sets.
+    let handled = method.map(|method| {
         let handled = Handled::default();
         request.extensions_mut().insert(handled.clone());
-        handled
+        (method, handled)
     });
     let response = match tokio::time::timeout_at(started + timeout, routes.oneshot(request)).await {
         Ok(Ok(response)) => {
-            if let (Some(method), Some(handled)) = (method, &handled)
+            if let Some((method, handled)) = &handled
                 && !handled.ran()
             {
                 // tonic answered without our handler: count what it sent.
