@@ -123,8 +123,18 @@ fn apt_install(who: &str, missing: &[&str]) -> Result<()> {
     Ok(())
 }
 
-fn free_port() -> Result<u16> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+/// `N` distinct free ports: each is held until all are picked, so no two are the same. For
+/// servers that cannot bind port 0 and say which port they got (ours does, see
+/// [`SfServer::start_with`]).
+fn free_ports<const N: usize>() -> Result<[u16; N]> {
+    let held = (0..N)
+        .map(|_| TcpListener::bind("127.0.0.1:0"))
+        .collect::<std::io::Result<Vec<_>>>()?;
+    let mut ports = [0; N];
+    for (port, listener) in ports.iter_mut().zip(&held) {
+        *port = listener.local_addr()?.port();
+    }
+    Ok(ports)
 }
 
 /// VmRSS of a process in KiB.
@@ -177,6 +187,16 @@ fn wait_until(what: &str, timeout: Duration, mut ready: impl FnMut() -> bool) ->
     Ok(())
 }
 
+/// The port of the first `MESSAGE addr=IP:PORT` line of a server log, as `snowflake serve`
+/// logs each listener it has bound.
+fn logged_port(log: &str, message: &str) -> Option<u16> {
+    log.lines().find_map(|line| {
+        let rest = line.split_once(message)?.1;
+        let addr = rest.split_once("addr=")?.1.split_whitespace().next()?;
+        addr.parse::<std::net::SocketAddr>().ok().map(|a| a.port())
+    })
+}
+
 /// `snowflake serve --worker-threads 1` on loopback with free ports (HTTP, gRPC, Thrift and
 /// RESP), its state directory and log in a directory of the caller's; stopped (TERM, then KILL
 /// after 5 s) on drop.
@@ -208,17 +228,17 @@ impl SfServer {
     ) -> Result<SfServer> {
         let dir = dir.join(name);
         std::fs::create_dir_all(&dir)?;
-        let (http_port, grpc_port, thrift_port, resp_port) =
-            (free_port()?, free_port()?, free_port()?, free_port()?);
         let tls = extra.iter().any(|a| a == "--tls-cert");
-        let admin_port = if tls { free_port()? } else { http_port };
         let log = dir.join("serve.log");
         let mut cmd = Command::new(bin);
+        // Port 0 everywhere: the kernel picks ports nothing holds, and the server logs them.
+        // (Ports picked here and bound later could be taken in between, by another server of
+        // this harness or by a client's connection.)
         cmd.arg("serve")
-            .args(["--http-addr", &format!("127.0.0.1:{http_port}")])
-            .args(["--grpc-addr", &format!("127.0.0.1:{grpc_port}")])
-            .args(["--thrift-addr", &format!("127.0.0.1:{thrift_port}")])
-            .args(["--resp-addr", &format!("127.0.0.1:{resp_port}")])
+            .args(["--http-addr", "127.0.0.1:0"])
+            .args(["--grpc-addr", "127.0.0.1:0"])
+            .args(["--thrift-addr", "127.0.0.1:0"])
+            .args(["--resp-addr", "127.0.0.1:0"])
             .arg("--state-dir")
             .arg(dir.join("state"))
             .args([
@@ -231,7 +251,7 @@ impl SfServer {
             ])
             .args(extra);
         if tls {
-            cmd.args(["--admin-addr", &format!("127.0.0.1:{admin_port}")]);
+            cmd.args(["--admin-addr", "127.0.0.1:0"]);
         }
         let child = cmd
             .stdin(Stdio::null())
@@ -243,12 +263,30 @@ impl SfServer {
         let mut sf = SfServer {
             child,
             log,
-            http_port,
-            grpc_port,
-            thrift_port,
-            resp_port,
+            http_port: 0,
+            grpc_port: 0,
+            thrift_port: 0,
+            resp_port: 0,
         };
         let deadline = Instant::now() + Duration::from_secs(15);
+        let ports = loop {
+            let ports = ["http", "grpc", "thrift", "resp", "admin"]
+                .map(|front| logged_port(&sf.log_text(), &format!("{front} listening")));
+            if ports[..4].iter().all(Option::is_some) && (!tls || ports[4].is_some()) {
+                break ports.map(Option::unwrap_or_default);
+            }
+            sf.check_running()?;
+            if Instant::now() > deadline {
+                bail!(
+                    "snowflake serve logged no listening ports after 15 s: {}",
+                    sf.log_tail()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        [sf.http_port, sf.grpc_port, sf.thrift_port, sf.resp_port] =
+            [ports[0], ports[1], ports[2], ports[3]];
+        let admin_port = if tls { ports[4] } else { sf.http_port };
         while !http_ok(admin_port, "/readyz") {
             sf.check_running()?;
             if Instant::now() > deadline {
@@ -281,8 +319,12 @@ impl SfServer {
         }
     }
 
+    fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
     fn log_tail(&self) -> String {
-        let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let log = self.log_text();
         let lines: Vec<&str> = log.lines().collect();
         lines[lines.len().saturating_sub(20)..].join("\n")
     }
@@ -460,16 +502,17 @@ impl Services {
             .tempdir()?;
         // PostgreSQL runs as the postgres user, which must reach its data directory.
         run_cmd(Command::new("chmod").arg("755").arg(work.path()))?;
+        let [redis_port, redis_tls_port, pg_port, nghttpd_port] = free_ports()?;
         let mut s = Services {
             work,
             pg_bin,
             redis: None,
-            redis_port: free_port()?,
-            redis_tls_port: free_port()?,
+            redis_port,
+            redis_tls_port,
             pg_data: None,
-            pg_port: free_port()?,
+            pg_port,
             nghttpd: None,
-            nghttpd_port: free_port()?,
+            nghttpd_port,
             sf: None,
             sf_tls: None,
         };
@@ -551,6 +594,19 @@ impl Services {
                 .context("starting nghttpd")?,
         );
 
+        let redis_port = s.redis_port;
+        wait_until("redis-server", Duration::from_secs(10), || {
+            Command::new("redis-cli")
+                .args(["-p", &redis_port.to_string(), "ping"])
+                .output()
+                .is_ok_and(|o| o.stdout.starts_with(b"PONG"))
+        })?;
+        let nghttpd_port = s.nghttpd_port;
+        wait_until("nghttpd", Duration::from_secs(10), || {
+            TcpStream::connect(("127.0.0.1", nghttpd_port)).is_ok()
+        })?;
+        // Ours only once the others listen: port 0 could otherwise get a port one of them is
+        // about to bind.
         s.sf = Some(SfServer::start(sf_bin, &dir)?);
         s.sf_tls = Some(SfServer::start_with(
             sf_bin,
@@ -564,17 +620,6 @@ impl Services {
                 cert("server.key"),
             ],
         )?);
-        let redis_port = s.redis_port;
-        wait_until("redis-server", Duration::from_secs(10), || {
-            Command::new("redis-cli")
-                .args(["-p", &redis_port.to_string(), "ping"])
-                .output()
-                .is_ok_and(|o| o.stdout.starts_with(b"PONG"))
-        })?;
-        let nghttpd_port = s.nghttpd_port;
-        wait_until("nghttpd", Duration::from_secs(10), || {
-            TcpStream::connect(("127.0.0.1", nghttpd_port)).is_ok()
-        })?;
         Ok(s)
     }
 

@@ -23,8 +23,9 @@ fn free_port() -> u16 {
         .port()
 }
 
-/// A standalone node with its gRPC listener on `grpc_port` (fixed, so that a restart comes back
-/// on the same address).
+/// A standalone node with its gRPC listener on `grpc_port`: fixed where a restart must come back
+/// on the same address, else 0 (the kernel's pick, read back with [`grpc`]; a port picked
+/// beforehand could be taken before the node binds it).
 fn node(dir: &Path, grpc_port: u16, worker: u32, extra: &[&str]) -> ServeProcess {
     Serve::new(dir)
         .args(["--grpc-addr", &format!("127.0.0.1:{grpc_port}")])
@@ -172,7 +173,7 @@ async fn a_node_fenced_by_a_frozen_etcd_is_skipped_until_it_recovers() {
         ])
         .start();
     wait_ready(&leased);
-    let standalone = node(dir_b.path(), free_port(), 9, &[]);
+    let standalone = node(dir_b.path(), 0, 9, &[]);
     let (leased_grpc, standalone_grpc) = (grpc(&leased), grpc(&standalone));
     let client = ClientBuilder::new([leased_grpc.to_string(), standalone_grpc.to_string()])
         .call_timeout(Duration::from_millis(500))
@@ -229,7 +230,7 @@ fn black_hole() -> (SocketAddr, Arc<Mutex<Vec<std::net::TcpStream>>>) {
 async fn deadlines_hold_against_a_node_that_accepts_and_never_answers() {
     let (hole, _held) = black_hole();
     let dir = temp_dir();
-    let real = node(dir.path(), free_port(), 3, &[]);
+    let real = node(dir.path(), 0, 3, &[]);
     let client = ClientBuilder::new([hole.to_string(), grpc(&real).to_string()])
         .call_timeout(Duration::from_millis(200))
         .build()
