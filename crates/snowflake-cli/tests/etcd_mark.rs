@@ -551,3 +551,84 @@ fn a_mark_and_a_claim_of_the_previous_release_are_honoured() {
     });
     eprintln!("etcd_mark: compatibility test took {:?}", started.elapsed());
 }
+
+// Found by review: a reservation the node computed before a re-claim, written after it, went
+// through under the new lease (the claim had learned the mark's revision) and put a mark below
+// the floor the re-claim read, that is below IDs another holder had issued. The next holder
+// starts above the mark: it could issue them again.
+#[test]
+fn a_mark_written_after_a_reclaim_never_goes_below_the_floor_the_reclaim_read() {
+    let started = Instant::now();
+    let etcd = EtcdCluster::start(1);
+    let worker = 3;
+    let mark_key = format!("/snowflake/marks/0/{worker}");
+    runtime().block_on(async {
+        let mut config = direct_config(&etcd);
+        config.lease_ttl_secs = 3;
+        let lease = Arc::new(
+            EtcdLease::claim(&config, &Layout::default(), 0, Some(worker), &holder())
+                .await
+                .expect("claimed"),
+        );
+        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+        let keeper = tokio::spawn({
+            let lease = Arc::clone(&lease);
+            async move { lease.run(stop_rx).await }
+        });
+        let base = now_ms();
+        lease.store_mark(base).await.expect("a first mark");
+        let first = lease.info().lease_id.expect("a lease");
+
+        // While this node is out (its lease revoked), another holder issued up to `floor`.
+        let floor = base + 60_000;
+        let etcd_ref = &etcd;
+        tokio::task::block_in_place(|| {
+            put(
+                etcd_ref,
+                &[
+                    &mark_key,
+                    &format!(
+                        "{{\"high_water_ms\":{floor},\"epoch_ms\":1288834974657,\"lease\":\"b0b\"}}"
+                    ),
+                ],
+            );
+            let revoked = etcd_ref.etcdctl(&["lease", "revoke", &first]);
+            assert!(revoked.status.success(), "{revoked:?}");
+        });
+        let mut fence = lease.fence();
+        tokio::time::timeout(Duration::from_secs(15), async {
+            loop {
+                let again = lease.info().lease_id.is_some_and(|id| id != first);
+                if again && matches!(*fence.borrow_and_update(), Fence::Held { .. }) {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+        .await
+        .expect("claimed again within 15 s");
+        assert_eq!(
+            floor_of(&lease),
+            floor,
+            "the re-claim read the other holder's mark"
+        );
+
+        // The reservation computed before the re-claim lands now.
+        lease
+            .store_mark(base + 1000)
+            .await
+            .expect("the write goes through");
+        let stored = tokio::task::block_in_place(|| mark(etcd_ref, worker));
+        assert!(
+            stored >= floor,
+            "the mark in etcd went down to {stored}, below the floor {floor}"
+        );
+        stop_tx.send(true).expect("stop");
+        keeper.await.expect("the keeper").expect("no error");
+        lease.release().await;
+    });
+    eprintln!(
+        "etcd_mark: write-after-reclaim test took {:?}",
+        started.elapsed()
+    );
+}

@@ -5,7 +5,7 @@
 
 use crate::support::now_ms;
 use crate::zookeeper_fleet::{EPOCH_MS, MARKS, PATH, mark, mark_json};
-use crate::zookeeper_server::ZooKeeper;
+use crate::zookeeper_server::{ZooKeeper, quote};
 use snowflake_core::Layout;
 use snowflake_server::ZooKeeperConfig;
 use snowflake_server::fleet::{Coordinator, Fence};
@@ -273,6 +273,74 @@ fn a_holder_fences_at_once_when_its_znode_is_deleted_and_registers_again() {
     });
     eprintln!(
         "zookeeper_marks: deletion-fence test took {:?}",
+        started.elapsed()
+    );
+}
+
+// Found by review (the etcd twin is in etcd_mark.rs): a reservation the node computed before a
+// re-registration, written after it, went through under the new session and put a mark below the
+// floor the registration read, that is below IDs another holder had issued.
+#[test]
+fn a_mark_written_after_a_reregistration_never_goes_below_the_floor_it_read() {
+    let started = Instant::now();
+    let zk = ZooKeeper::start();
+    runtime().block_on(async {
+        let a = Arc::new(register(&zk, Some(0)).await.expect("registered"));
+        let first_session = session_of(&a);
+        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+        let keeper = tokio::spawn({
+            let a = Arc::clone(&a);
+            async move { a.run(stop_rx).await }
+        });
+        // Let the keeper take its watch over.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let base = now_ms();
+        a.store_mark(base).await.expect("a first mark");
+
+        // While this node is out (its znode gone), another holder issued up to `floor`.
+        let floor = base + 60_000;
+        let other =
+            format!("{{\"high_water_ms\":{floor},\"epoch_ms\":{EPOCH_MS},\"session\":\"b0b\"}}");
+        let zk_ref = &zk;
+        tokio::task::block_in_place(|| {
+            zk_ref.cli(&[
+                &format!("set {MARKS}/0 {}", quote(&other)),
+                &format!("delete {PATH}/0"),
+            ]);
+        });
+        let mut fence = a.fence();
+        tokio::time::timeout(Duration::from_secs(10), async {
+            loop {
+                let again = a.info().lease_id.is_some_and(|s| s != first_session);
+                if again && matches!(*fence.borrow_and_update(), Fence::Held { .. }) {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+        .await
+        .expect("registered again within 10 s");
+        assert_eq!(
+            floor_of(&a),
+            floor,
+            "the registration read the other holder's mark"
+        );
+
+        // The reservation computed before the re-registration lands now.
+        a.store_mark(base + 1000)
+            .await
+            .expect("the write goes through");
+        let stored = mark(&zk, 0);
+        assert!(
+            stored >= floor,
+            "the mark in ZooKeeper went down to {stored}, below the floor {floor}"
+        );
+        stop_tx.send(true).expect("stop");
+        keeper.await.expect("the keeper").expect("no error");
+        a.release().await;
+    });
+    eprintln!(
+        "zookeeper_marks: write-after-reregistration test took {:?}",
         started.elapsed()
     );
 }

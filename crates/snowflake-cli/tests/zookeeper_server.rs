@@ -699,7 +699,7 @@ fn check_path(path: &str) -> &str {
 }
 
 /// Quotes `data` as one zkCli argument (its parser strips one pair of `'` or `"`).
-fn quote(data: &str) -> String {
+pub(crate) fn quote(data: &str) -> String {
     assert!(
         !data.contains(['\n', '\r']),
         "zkCli data must be one line: {data:?}"

@@ -1024,9 +1024,16 @@ impl Node {
         }
         match result {
             Ok(()) => {
-                status.persisted_mark_ms = target_ms;
-                if status.phase != Phase::Ready {
-                    tracing::info!(reserved_until_ms = target_ms, "ready: issuing ids");
+                // A re-claim applied while the write was in flight may have raised the mark to
+                // the pair's floor and set the node waiting for it: never undo either.
+                status.persisted_mark_ms = status.persisted_mark_ms.max(target_ms);
+                let waiting =
+                    matches!(status.phase, Phase::WaitingForMark { mark_ms } if mark_ms >= now_ms);
+                if status.phase != Phase::Ready && !waiting {
+                    tracing::info!(
+                        reserved_until_ms = status.persisted_mark_ms,
+                        "ready: issuing ids"
+                    );
                     status.phase = Phase::Ready;
                 }
                 self.shared

@@ -787,6 +787,55 @@ async fn a_lease_lost_during_a_slow_mark_write_stops_the_node_at_once() {
     stop(server).await;
 }
 
+// Regression test; found by review, since fixed (node.rs, `Node::reserve`): a reservation computes
+// its target, then awaits the write; a re-claim with a higher floor applied meanwhile raised the
+// persisted mark and put the node to waiting for it, and the write's completion undid both: it
+// set the persisted mark back to its lower target (what `/v1/info` and the metrics report as the
+// mark no ID is above) and the phase to ready, while the generator (resumed above the floor)
+// could issue nothing. (The coordinators' half of it, a mark written below the floor, is tested
+// against real etcd and ZooKeeper: etcd_mark.rs, zookeeper_marks.rs.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reclaim_during_a_reservation_write_is_not_undone_when_the_write_completes() {
+    let dir = tempfile::tempdir().unwrap();
+    let lease = FakeLease::new(held(0));
+    let server = start(dir.path(), T, &lease).await;
+    wait_ready(&server).await;
+    hold_up_the_next_reservation(&server, &lease).await;
+    let floor = T + 60_000;
+    lease.set(held(floor));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    lease.hold_marks(false);
+    // The held write completes; let the keeper go round a few times on the same clock.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let ready = get(&server, "/readyz").await;
+    let id = get(&server, "/v1/id").await;
+    let info = get(&server, "/v1/info").await.json();
+    let metrics = get(&server, "/metrics").await.body;
+    assert_eq!(
+        ready.status,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "ready below the floor: {ready:?}"
+    );
+    assert_eq!(id.status, StatusCode::SERVICE_UNAVAILABLE, "{id:?}");
+    assert!(
+        info["high_water_mark_ms"].as_u64() >= Some(floor),
+        "the mark went back below the floor {floor}: {info}"
+    );
+    assert!(
+        metrics.contains("snowflake_restart_mark_waiting 1"),
+        "not waiting for the floor: {}",
+        metrics
+            .lines()
+            .filter(|l| l.contains("mark"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    server.clock.set_ms(floor + 1);
+    wait_ready(&server).await;
+    assert!(ms_of(id_of(&get(&server, "/v1/id").await)) > floor);
+    stop(server).await;
+}
+
 // Regression test; the bug it found, since fixed (node.rs, `Node::keep`): the keeper armed its
 // deadline timer only while the deadline is still ahead (`Fence::Held { until, .. } if *until >
 // Instant::now()`). When the deadline passes while the keeper is busy elsewhere (here a reservation

@@ -1146,7 +1146,7 @@ impl ZooKeeperRegistration {
     }
 
     async fn write_mark(&self, mark_ms: u64) -> Result<(), String> {
-        let (client, session, session_timeout, mut version) = {
+        let (client, session, session_timeout, mut version, floor_ms) = {
             let state = self.proof.lock();
             if let Some(reason) = state.lost_reason() {
                 return Err(format!("the registration is lost ({reason})"));
@@ -1159,8 +1159,13 @@ impl ZooKeeperRegistration {
                 state.own.session.clone(),
                 state.own.timeout,
                 state.own.mark_version,
+                state.floor_ms,
             )
         };
+        // Never below the floor the registration of this session read: a reservation the node
+        // computed before a re-registration can land after it, and the mark it replaces is
+        // another holder's.
+        let mark_ms = mark_ms.max(floor_ms);
         let limit = call_timeout(session_timeout);
         let value = mark_json(mark_ms, self.layout.epoch_ms(), "session", &session);
         for _ in 0..WRITE_ATTEMPTS {

@@ -618,7 +618,7 @@ impl EtcdLease {
     /// transaction conditional on the claim key's lease and on the mark's `mod_revision` as
     /// this node last knew it.
     async fn write_mark(&self, mark_ms: u64) -> Result<(), String> {
-        let (lease_id, ttl_secs, mut revision) = {
+        let (lease_id, ttl_secs, mut revision, floor_ms) = {
             let state = self.proof.lock();
             if let Some(reason) = state.lost_reason() {
                 return Err(format!("the lease is lost ({reason})"));
@@ -627,8 +627,12 @@ impl EtcdLease {
                 state.own.lease_id,
                 state.own.ttl_secs,
                 state.own.mark_revision,
+                state.floor_ms,
             )
         };
+        // Never below the floor the claim of this lease read: a reservation the node computed
+        // before a re-claim can land after it, and the mark it replaces is another holder's.
+        let mark_ms = mark_ms.max(floor_ms);
         let writer = format!("{lease_id:x}");
         let value = crate::fleet::mark_json(mark_ms, self.layout.epoch_ms(), "lease", &writer);
         for _ in 0..MARK_ATTEMPTS {
