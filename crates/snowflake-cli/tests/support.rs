@@ -31,6 +31,9 @@ pub fn binary() -> PathBuf {
 pub struct Serve {
     args: Vec<OsString>,
     envs: Vec<(OsString, OsString)>,
+    /// A command the binary runs under (its path and arguments follow the wrapper's), which
+    /// must `exec` it, so that signals reach the binary itself.
+    wrapper: Vec<OsString>,
 }
 
 impl Serve {
@@ -49,6 +52,7 @@ impl Serve {
         Serve {
             args: vec!["serve".into()],
             envs: Vec::new(),
+            wrapper: Vec::new(),
         }
         .env("SNOWFLAKE_GRPC_ADDR", "127.0.0.1:0")
         .env("SNOWFLAKE_THRIFT_ADDR", "127.0.0.1:0")
@@ -84,8 +88,26 @@ impl Serve {
             .env("FAKETIME_DONT_FAKE_MONOTONIC", "1")
     }
 
+    /// Runs the binary under `wrapper` (e.g. `unshare … sh -c '…; exec "$@"' sh`), which must
+    /// `exec` it.
+    pub fn wrapped<I, S>(mut self, wrapper: I) -> Serve
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<OsString>,
+    {
+        self.wrapper = wrapper.into_iter().map(Into::into).collect();
+        self
+    }
+
     fn command(&self) -> Command {
-        let mut cmd = Command::new(binary());
+        let mut cmd = match self.wrapper.split_first() {
+            None => Command::new(binary()),
+            Some((program, args)) => {
+                let mut cmd = Command::new(program);
+                cmd.args(args).arg(binary());
+                cmd
+            }
+        };
         for (key, _) in std::env::vars_os() {
             let name = key.to_string_lossy();
             if name.starts_with("SNOWFLAKE_")

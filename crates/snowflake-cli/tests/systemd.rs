@@ -181,3 +181,90 @@ fn the_shipped_config_starts_a_node() {
     assert_eq!(info["datacenter_id"], 0, "{info}");
     assert_exit(&node.stop_with("TERM"), 0);
 }
+
+/// The unit's view of `/proc` (its `ProtectProc=` and `ProcSubset=`) as the options of a proc
+/// mount: systemd gives the service a proc instance mounted with them.
+fn unit_proc_mount_options() -> Vec<&'static str> {
+    let unit = std::fs::read_to_string(unit_path()).unwrap();
+    let setting = |key: &str| {
+        unit.lines()
+            .filter_map(|l| l.trim().strip_prefix(key)?.strip_prefix('='))
+            .next_back()
+            .map(|v| v.trim().to_owned())
+    };
+    let mut options = Vec::new();
+    match setting("ProtectProc").as_deref() {
+        None | Some("default") => {}
+        Some("invisible") => options.push("hidepid=invisible"),
+        Some("noaccess") => options.push("hidepid=noaccess"),
+        Some("ptraceable") => options.push("hidepid=ptraceable"),
+        Some(other) => panic!("ProtectProc={other}: not a value this test knows"),
+    }
+    match setting("ProcSubset").as_deref() {
+        None | Some("all") => {}
+        Some("pid") => options.push("subset=pid"),
+        Some(other) => panic!("ProcSubset={other}: not a value this test knows"),
+    }
+    options
+}
+
+/// `unshare` running the binary in a mount namespace of its own whose `/proc` is mounted as the
+/// unit's sandbox mounts it (the binary is `exec`ed: same pid, signals reach it).
+fn under_the_units_proc() -> Vec<String> {
+    let options = unit_proc_mount_options();
+    let mount = if options.is_empty() {
+        "mount -t proc proc /proc".to_owned()
+    } else {
+        format!("mount -t proc -o {} proc /proc", options.join(","))
+    };
+    ["unshare", "--mount", "--propagation", "private", "sh", "-c"]
+        .into_iter()
+        .map(str::to_owned)
+        .chain([format!("{mount} && exec \"$@\""), "sh".to_owned()])
+        .collect()
+}
+
+// Found by review: the unit had `ProcSubset=pid`, which hides /proc/sys, so the node could not
+// read the boot id. Without it the node wrote no clock.json and checked nothing at a restart:
+// `Restart=on-failure` bringing the node back while its clock read 20 years ahead trusted the
+// clock, which SPEC §8 forbids (on the same boot, after a crash too).
+#[test]
+fn under_the_units_view_of_proc_a_restart_years_ahead_is_not_trusted() {
+    let clock = crate::support::FakeClock::new();
+    let dir = temp_dir();
+    let serve = || {
+        Serve::new(dir.path())
+            .args(["--reserve-ms", "1000"])
+            .faketime(&clock)
+            .wrapped(under_the_units_proc())
+    };
+    let node = serve().start();
+    node.poll("/readyz", Duration::from_secs(10), |r| r.status == 200);
+    let before = node.get("/v1/id").ids()[0];
+    let stderr = node.stderr();
+    node.kill9();
+    assert!(
+        !stderr.contains("boot id"),
+        "the node cannot read the boot id under the unit's /proc ({:?}):\n{stderr}",
+        unit_proc_mount_options()
+    );
+    clock.set("+20y");
+    let restarted = serve().start();
+    std::thread::sleep(Duration::from_millis(1500));
+    let unready = restarted.get("/readyz");
+    let refused = restarted.get("/v1/id");
+    clock.set("+0");
+    assert_eq!(
+        unready.status, 503,
+        "restarted 20 years ahead under the unit's /proc, and ready: {unready:?}"
+    );
+    assert!(unready.body.contains("stepped forward"), "{unready:?}");
+    assert_eq!(
+        refused.status, 503,
+        "an ID dated 20 years ahead: {refused:?}"
+    );
+    restarted.poll("/readyz", Duration::from_secs(5), |r| r.status == 200);
+    let after = restarted.get("/v1/id").ids()[0];
+    assert!(after > before, "{after} after {before}");
+    assert_exit(&restarted.stop_with("TERM"), 0);
+}

@@ -427,6 +427,14 @@ impl Node {
         // what the clock should read: a restart (by a supervisor, at once) is no operator's
         // word that a clock far ahead is right.
         let mut anchor = anchor;
+        if anchor.boot.is_none() {
+            tracing::warn!(
+                "cannot read the boot id (/proc/sys/kernel/random/boot_id): the clock check at a \
+                 restart on the same boot is off, so a supervisor restarting this node while its \
+                 clock reads far ahead would trust that clock. Let the process read /proc/sys \
+                 (systemd: no ProcSubset=pid)"
+            );
+        }
         let checked = match state.load_clock() {
             Ok(Some(last)) => anchor.check_against(&last, config.max_clock_step_ms),
             Ok(None) => None,
