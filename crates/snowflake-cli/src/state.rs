@@ -583,6 +583,26 @@ fn lower(args: &LowerArgs, epoch_ms: Option<&str>, out: &mut impl Write) -> anyh
         ),
         None => {}
     }
+    // A mark a wrong clock wrote comes with a trusted time (clock.json) as far ahead: left there,
+    // the next start on this boot would take it for trusted time, and trust at once any forward
+    // step short of it. (An unreadable record is ignored by the node too.)
+    if let Ok(Some(stored)) = StateDir::read_clock(state.path())
+        && stored.point.trusted_ms > now_ms.max(to_ms)
+    {
+        let path = StateDir::clock_path(state.path());
+        state
+            .remove_clock()
+            .with_context(|| format!("removing {}", path.display()))?;
+        let line = format!(
+            "local {}: removed the previous run's trusted time {} ({}), ahead of the clock and \
+             the new mark: the next start trusts the clock's first reading",
+            path.display(),
+            stored.point.trusted_ms,
+            format_unix_ms(stored.point.trusted_ms)
+        );
+        log_lowering(state.path(), &line);
+        writeln!(out, "{line}")?;
+    }
     Ok(())
 }
 

@@ -304,6 +304,84 @@ fn state_lower_mark_is_refused_while_a_node_runs_then_lowers_a_poisoned_local_ma
     assert_exit(&node.stop_with("TERM"), 0);
 }
 
+// Found by review: a mark that a wrong clock wrote comes with a clock.json dated as far ahead
+// (the run trusted that clock). Lowering the mark left clock.json as it was, so the next start on
+// the same boot took its time for trusted time: any later forward step short of it was trusted
+// at once, and poisoned the mark again.
+#[test]
+fn lowering_a_poisoned_mark_also_drops_the_clock_record_the_wrong_clock_left() {
+    let clock = crate::support::FakeClock::new();
+    let dir = temp_dir();
+    let state_dir = dir.path().join("state");
+    let serve = || {
+        Serve::new(&state_dir)
+            .args(["--reserve-ms", "1000"])
+            .faketime(&clock)
+    };
+    // Wrong since before the first start: nothing local can tell, the clock is trusted.
+    clock.set("+20y");
+    let node = serve().start();
+    node.poll("/readyz", Duration::from_secs(10), |r| r.status == 200);
+    assert_eq!(node.get("/v1/id").status, 200);
+    assert_exit(&node.stop_with("TERM"), 0);
+    let record: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(state_dir.join("clock.json")).unwrap())
+            .unwrap();
+    let twenty_years_ahead = now_ms() + 19 * 365 * 86_400_000;
+    assert!(
+        record["trusted_ms"].as_u64().unwrap() > twenty_years_ahead,
+        "{record}"
+    );
+
+    clock.set("+0");
+    let now = now_ms().to_string();
+    let state = state_dir.to_str().unwrap();
+    let lowered = snowflake(&[
+        "state",
+        "lower-mark",
+        "--state-dir",
+        state,
+        "--datacenter-id",
+        "0",
+        "--worker-id",
+        "0",
+        "--to",
+        &now,
+        "--yes",
+    ]);
+    assert_status(&lowered, 0);
+
+    let node = serve().start();
+    node.poll("/readyz", Duration::from_secs(10), |r| r.status == 200);
+    // Ten years ahead: a step like any other, not trusted at once.
+    clock.set("+10y");
+    std::thread::sleep(Duration::from_millis(1500));
+    let unready = node.get("/readyz");
+    let refused = node.get("/v1/id");
+    clock.set("+0");
+    assert_eq!(unready.status, 503, "a 10-year step trusted: {unready:?}");
+    assert!(unready.body.contains("stepped forward"), "{unready:?}");
+    assert_eq!(
+        refused.status, 503,
+        "an ID dated 10 years ahead: {refused:?}"
+    );
+    node.poll("/readyz", Duration::from_secs(5), |r| r.status == 200);
+    assert_exit(&node.stop_with("TERM"), 0);
+    let mark = state_file(&state_dir, 0, 0)["high_water_ms"]
+        .as_u64()
+        .unwrap();
+    assert!(
+        mark < now_ms() + 60_000,
+        "the mark is dated ahead again: {}",
+        snowflake_core::format_unix_ms(mark)
+    );
+    assert!(
+        stdout(&lowered).contains("clock.json"),
+        "says what it did with the clock record: {}",
+        stdout(&lowered)
+    );
+}
+
 #[test]
 fn state_tools_read_and_lower_the_etcd_copy_only_while_nobody_holds_the_pair() {
     let etcd = EtcdCluster::start(1);

@@ -425,6 +425,17 @@ impl StateDir {
         dir.join(CLOCK_FILE)
     }
 
+    /// Removes `clock.json` (for `snowflake state lower-mark`: a trusted time a wrong clock left
+    /// there is no evidence for the next start). Whether there was one.
+    pub fn remove_clock(&self) -> std::io::Result<bool> {
+        let _written = self.writer();
+        match fs::remove_file(self.path.join(CLOCK_FILE)) {
+            Ok(()) => Ok(true),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
     /// Records a trusted time and its boot time in `clock.json` (atomically replaced, and not
     /// fsynced: it only matters on the same boot, where a crashed process's writes are still
     /// in the page cache).
