@@ -56,8 +56,10 @@ enum Command {
     Encode(EncodeArgs),
     /// Print the fields of each ID: Unix ms, ISO-8601 UTC time, datacenter, worker, sequence.
     Decode(DecodeArgs),
-    /// Print fresh IDs, one per line (from this process alone: two processes with the same
-    /// datacenter and worker ids can repeat each other's IDs; use `serve` to share one node).
+    /// Print fresh IDs, one per line. Without --endpoints they come from this process alone,
+    /// which keeps no state: two runs with the same datacenter and worker ids can repeat each
+    /// other's IDs (at once, or after the clock was set back). For keys that must never
+    /// repeat, take them from running services with --endpoints.
     Next(NextArgs),
     /// Print the layout: epoch, bit widths, last representable time, node count, rate limit.
     Layout,

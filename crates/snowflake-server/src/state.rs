@@ -69,6 +69,22 @@ pub enum StateError {
         /// What is wrong with it.
         reason: String,
     },
+    /// A state file was written under another epoch: the ids it covers were issued under that
+    /// epoch, and ids of the same pair under a later one repeat them.
+    #[error(
+        "state file {path} was written under epoch {written_epoch_ms}, but the node now runs \
+         with epoch {epoch_ms}; ids under two epochs can collide, so it is refusing to start. Run \
+         this (datacenter, worker) pair with --epoch-ms {written_epoch_ms}, the epoch its ids were \
+         issued under: moving the file away would let a later epoch issue them again"
+    )]
+    EpochChanged {
+        /// The file.
+        path: PathBuf,
+        /// The epoch the file records.
+        written_epoch_ms: u64,
+        /// The node's epoch.
+        epoch_ms: u64,
+    },
     /// A state file could not be written durably.
     #[error("cannot write state file {path}: {source}")]
     Write {
@@ -315,11 +331,11 @@ impl StateDir {
             )));
         }
         if mark.epoch_ms != epoch_ms {
-            return Err(corrupt(format!(
-                "it was written under epoch {}, but the node now runs with epoch {epoch_ms}; ids \
-                 under two epochs can collide",
-                mark.epoch_ms
-            )));
+            return Err(StateError::EpochChanged {
+                path,
+                written_epoch_ms: mark.epoch_ms,
+                epoch_ms,
+            });
         }
         Ok(mark)
     }
