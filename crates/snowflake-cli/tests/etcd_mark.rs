@@ -632,3 +632,80 @@ fn a_mark_written_after_a_reclaim_never_goes_below_the_floor_the_reclaim_read() 
         started.elapsed()
     );
 }
+
+// Found by review: etcd mode did not watch the claim key. A claim deleted by hand (here the whole
+// prefix, marks too, as an operator "resetting" the fleet would) went unnoticed until the node's
+// next mark write, up to half a reservation later, while a node starting meanwhile found the pair
+// free and without a mark, and issued the same milliseconds. The ZooKeeper twin is
+// `zookeeper_marks::a_holder_fences_at_once_when_its_znode_is_deleted_and_registers_again`.
+#[test]
+fn a_holder_fences_at_once_when_its_claim_is_deleted_and_claims_again() {
+    let started = Instant::now();
+    let etcd = EtcdCluster::start(1);
+    let worker = 4;
+    runtime().block_on(async {
+        // TTL 30 s: a keep-alive every 10 s, so only a watch notices within a second.
+        let lease = Arc::new(
+            EtcdLease::claim(
+                &direct_config(&etcd),
+                &Layout::default(),
+                0,
+                Some(worker),
+                &holder(),
+            )
+            .await
+            .expect("claimed"),
+        );
+        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+        let keeper = tokio::spawn({
+            let lease = Arc::clone(&lease);
+            async move { lease.run(stop_rx).await }
+        });
+        lease.store_mark(now_ms()).await.expect("a first mark");
+        let first = lease.info().lease_id.expect("a lease");
+        // Let the keeper open its watch.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+
+        let etcd_ref = &etcd;
+        let deleted = tokio::task::block_in_place(|| {
+            let out = etcd_ref.etcdctl(&["del", "--prefix", "/snowflake/"]);
+            assert!(out.status.success(), "{out:?}");
+            Instant::now()
+        });
+        let lost_after = tokio::time::timeout(Duration::from_secs(1), async {
+            while lease.info().losses == 0 {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            deleted.elapsed()
+        })
+        .await
+        .unwrap_or_else(|_| panic!("still held 1 s after the claim was deleted"));
+        eprintln!("etcd_mark: fenced {lost_after:?} after etcdctl del returned");
+
+        // The pair is free: claimed again under a new lease, which writes.
+        let mut fence = lease.fence();
+        tokio::time::timeout(Duration::from_secs(10), async {
+            loop {
+                let again = lease.info().lease_id.is_some_and(|id| id != first);
+                if again && matches!(*fence.borrow_and_update(), Fence::Held { .. }) {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+        .await
+        .expect("claimed again within 10 s");
+        lease
+            .store_mark(now_ms())
+            .await
+            .expect("the new lease writes");
+        assert_eq!(lease.info().losses, 1, "{:?}", lease.info());
+        stop_tx.send(true).expect("stop");
+        keeper.await.expect("the keeper").expect("no error");
+        lease.release().await;
+    });
+    eprintln!(
+        "etcd_mark: claim-deletion-fence test took {:?}",
+        started.elapsed()
+    );
+}

@@ -602,3 +602,54 @@ fn restarting_every_node_under_load_never_repeats_an_id() {
         assert_exit(&node.stop_with("TERM"), 0);
     }
 }
+
+// Found by review: etcd mode did not watch the claim key. An operator wiping the prefix (claims
+// and marks) while a node served left that node issuing until its next mark write, up to half a
+// reservation later; a node starting meanwhile found the pair free, with no mark, and issued the
+// same milliseconds: duplicates. Now the holder's watch fences it at once.
+#[test]
+fn wiping_the_prefix_while_a_node_serves_never_repeats_an_id() {
+    let etcd = EtcdCluster::start(1);
+    let (dir_a, dir_b) = (temp_dir(), temp_dir());
+    // A long reservation: without the watch, the holder went on for up to half of it.
+    let serve = |dir: &Path| fleet_node(&etcd, dir).args(["--reserve-ms", "4000"]);
+    let a = serve(dir_a.path()).start();
+    first_id(&a, Duration::from_secs(10));
+    assert_eq!(worker_of(&a), 0);
+    let stop = Arc::new(AtomicBool::new(false));
+    let load = |addr: SocketAddr, stop: Arc<AtomicBool>| {
+        std::thread::spawn(move || {
+            let mut ids = Vec::new();
+            while !stop.load(Ordering::SeqCst) {
+                if let Ok(response) = try_get(addr, "/v1/ids?count=50")
+                    && response.status == 200
+                {
+                    ids.extend(response.ids());
+                }
+            }
+            ids
+        })
+    };
+    let on_a = load(a.addr(), Arc::clone(&stop));
+    std::thread::sleep(Duration::from_millis(300));
+    let wiped = etcd.etcdctl(&["del", "--prefix", "/snowflake/"]);
+    assert!(wiped.status.success(), "{wiped:?}");
+    let b = serve(dir_b.path()).start();
+    let on_b = load(b.addr(), Arc::clone(&stop));
+    std::thread::sleep(Duration::from_millis(3000));
+    stop.store(true, Ordering::SeqCst);
+    let (from_a, from_b) = (on_a.join().unwrap(), on_b.join().unwrap());
+    let mut all = HashSet::new();
+    insert_all(&mut all, &from_a);
+    insert_all(&mut all, &from_b);
+    eprintln!(
+        "fleet: {} ids from A, {} from B (worker {})",
+        from_a.len(),
+        from_b.len(),
+        worker_of(&b)
+    );
+    assert!(!from_b.is_empty(), "B issued nothing");
+    for node in [a, b] {
+        let _ = node.stop_with("TERM");
+    }
+}

@@ -210,6 +210,20 @@ impl<T> Proof<T> {
         first
     }
 
+    /// [`Proof::lose`], but only while `current` says the coordinator's state is still the one
+    /// the loss was found for (a re-claim may have replaced the lease or session meanwhile).
+    pub(crate) fn lose_if(&self, current: impl FnOnce(&T) -> bool, reason: String) -> bool {
+        let mut state = self.lock();
+        if state.lost_reason.is_some() || !current(&state.own) {
+            return false;
+        }
+        state.until = None;
+        state.lost_reason = Some(reason.clone());
+        self.losses.fetch_add(1, Ordering::Relaxed);
+        self.fence.send_replace(Fence::Lost { reason });
+        true
+    }
+
     /// Held again after a loss, until `until` and above `floor_ms`; `update` installs the new
     /// lease or session under the same lock.
     pub(crate) fn held_again(&self, until: Instant, floor_ms: u64, update: impl FnOnce(&mut T)) {

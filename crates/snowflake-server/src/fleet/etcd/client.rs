@@ -14,6 +14,7 @@ use super::pb;
 use super::pb::auth_client::AuthClient;
 use super::pb::kv_client::KvClient;
 use super::pb::lease_client::LeaseClient;
+use super::pb::watch_client::WatchClient;
 use crate::config::{ClientTls, EtcdAuth};
 use std::sync::RwLock;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -371,10 +372,105 @@ impl EtcdClient {
         }
     }
 
+    /// The key-value at `key`, if any (linearizable read).
+    pub async fn get_key(
+        &self,
+        key: &str,
+        timeout: Duration,
+    ) -> Result<Option<pb::KeyValue>, EtcdError> {
+        let request = pb::RangeRequest {
+            key: key.as_bytes().to_vec(),
+            ..Default::default()
+        };
+        self.call(timeout, |channel| async move {
+            KvClient::new(channel).range(request).await
+        })
+        .await
+        .map(|r| r.kvs.into_iter().next())
+    }
+
+    /// Opens a watch on `key` on the current member, from its current revision on, and waits
+    /// (within `timeout`) for etcd to confirm it. Like a keep-alive stream, the request is queued
+    /// before the call starts: etcd sends the response headers with its first answer.
+    pub async fn watch_key(&self, key: &str, timeout: Duration) -> Result<WatchStream, EtcdError> {
+        let (requests, receiver) = mpsc::channel(1);
+        requests
+            .try_send(pb::WatchRequest {
+                request_union: Some(pb::watch_request::RequestUnion::CreateRequest(
+                    pb::WatchCreateRequest {
+                        key: key.as_bytes().to_vec(),
+                        ..Default::default()
+                    },
+                )),
+            })
+            .expect("a new channel has room for one request");
+        let stream = tokio_stream::wrappers::ReceiverStream::new(receiver);
+        let (index, member) = self.member();
+        let started = tokio::time::Instant::now();
+        let responses = self
+            .call(timeout, |channel| async move {
+                WatchClient::new(channel).watch(stream).await
+            })
+            .await?;
+        let mut watch = WatchStream {
+            endpoint: member.url.clone(),
+            _requests: requests,
+            responses,
+        };
+        let left = timeout.saturating_sub(started.elapsed());
+        match tokio::time::timeout(left, watch.next()).await {
+            Ok(Ok(first)) if first.created && !first.canceled => Ok(watch),
+            Ok(Ok(first)) => {
+                self.failed(index);
+                Err(EtcdError::Call {
+                    endpoint: member.url.clone(),
+                    message: format!("the watch was not created: {}", first.cancel_reason),
+                })
+            }
+            Ok(Err(err)) => {
+                self.failed(index);
+                Err(err)
+            }
+            Err(_) => {
+                self.failed(index);
+                Err(EtcdError::Timeout {
+                    endpoint: member.url.clone(),
+                    timeout,
+                })
+            }
+        }
+    }
+
     /// After a keep-alive stream failed: use the next member from now on.
     pub fn stream_failed(&self, stream: &KeepAliveStream) {
         if let Some(index) = self.members.iter().position(|m| m.url == stream.endpoint) {
             self.failed(index);
+        }
+    }
+}
+
+/// A watch opened by [`EtcdClient::watch_key`].
+#[derive(Debug)]
+pub struct WatchStream {
+    endpoint: String,
+    /// Kept open: etcd ends the watch when the request stream closes.
+    _requests: mpsc::Sender<pb::WatchRequest>,
+    responses: tonic::Streaming<pb::WatchResponse>,
+}
+
+impl WatchStream {
+    /// The next answer on the watch (events, or its cancellation); waits as long as it takes.
+    pub async fn next(&mut self) -> Result<pb::WatchResponse, EtcdError> {
+        match self.responses.message().await {
+            Ok(Some(response)) => Ok(response),
+            Ok(None) => Err(EtcdError::Call {
+                endpoint: self.endpoint.clone(),
+                message: "the watch stream ended".into(),
+            }),
+            Err(status) => Err(EtcdError::Call {
+                endpoint: self.endpoint.clone(),
+                message: describe(&status),
+            }),
         }
     }
 }
