@@ -464,6 +464,9 @@ impl EtcdLease {
             let _ = stop.wait_for(|s| *s).await;
             return;
         }
+        // Failures to open it in a row: the first is logged (etcd out of reach, or a user
+        // without read permission on the key), the rest only at debug level.
+        let mut failures = 0_u32;
         loop {
             if *stop.borrow() {
                 return;
@@ -485,9 +488,17 @@ impl EtcdLease {
                 _ = stop.wait_for(|s| *s) => return,
             };
             let mut claim = match opened {
-                Ok(claim) => claim,
+                Ok(claim) => {
+                    failures = 0;
+                    claim
+                }
                 Err(err) => {
-                    tracing::debug!(error = %err, key = %self.claim_key, "cannot watch the claim key yet");
+                    failures = failures.saturating_add(1);
+                    if failures == 1 {
+                        tracing::warn!(error = %err, key = %self.claim_key, "cannot watch the claim key; a claim deleted by hand is noticed at the next mark write until the watch is open");
+                    } else {
+                        tracing::debug!(error = %err, key = %self.claim_key, "cannot watch the claim key yet");
+                    }
                     tokio::select! {
                         () = tokio::time::sleep(RETRY_PAUSE) => continue,
                         _ = stop.wait_for(|s| *s) => return,
