@@ -552,6 +552,23 @@ fn a_mark_and_a_claim_of_the_previous_release_are_honoured() {
     eprintln!("etcd_mark: compatibility test took {:?}", started.elapsed());
 }
 
+/// Waits (at most `limit`) until `lease` holds its pair again under a lease other than `first`
+/// (hex), its fence held.
+async fn claimed_again(lease: &EtcdLease, first: &str, limit: Duration) {
+    let mut fence = lease.fence();
+    tokio::time::timeout(limit, async {
+        loop {
+            let again = lease.info().lease_id.is_some_and(|id| id != first);
+            if again && matches!(*fence.borrow_and_update(), Fence::Held { .. }) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("not claimed again within {limit:?}"));
+}
+
 // Found by review: a reservation the node computed before a re-claim, written after it, went
 // through under the new lease (the claim had learned the mark's revision) and put a mark below
 // the floor the re-claim read, that is below IDs another holder had issued. The next holder
@@ -595,18 +612,7 @@ fn a_mark_written_after_a_reclaim_never_goes_below_the_floor_the_reclaim_read() 
             let revoked = etcd_ref.etcdctl(&["lease", "revoke", &first]);
             assert!(revoked.status.success(), "{revoked:?}");
         });
-        let mut fence = lease.fence();
-        tokio::time::timeout(Duration::from_secs(15), async {
-            loop {
-                let again = lease.info().lease_id.is_some_and(|id| id != first);
-                if again && matches!(*fence.borrow_and_update(), Fence::Held { .. }) {
-                    break;
-                }
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-        })
-        .await
-        .expect("claimed again within 15 s");
+        claimed_again(&lease, &first, Duration::from_secs(15)).await;
         assert_eq!(
             floor_of(&lease),
             floor,
@@ -683,18 +689,7 @@ fn a_holder_fences_at_once_when_its_claim_is_deleted_and_claims_again() {
         eprintln!("etcd_mark: fenced {lost_after:?} after etcdctl del returned");
 
         // The pair is free: claimed again under a new lease, which writes.
-        let mut fence = lease.fence();
-        tokio::time::timeout(Duration::from_secs(10), async {
-            loop {
-                let again = lease.info().lease_id.is_some_and(|id| id != first);
-                if again && matches!(*fence.borrow_and_update(), Fence::Held { .. }) {
-                    break;
-                }
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-        })
-        .await
-        .expect("claimed again within 10 s");
+        claimed_again(&lease, &first, Duration::from_secs(10)).await;
         lease
             .store_mark(now_ms())
             .await
