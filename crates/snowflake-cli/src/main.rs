@@ -405,33 +405,42 @@ fn serve(args: &ServeArgs, epoch_ms: Option<&str>) -> ExitCode {
         tracing::info!(version = VERSION, ?config, "starting");
         let listeners = Listeners::bind(&config).await?;
         let mut config = config;
-        let coordinator = match &config.etcd {
-            Some(etcd) => {
-                let lease = claim_from_etcd(&config, etcd, &listeners, clock.now_ms()).await?;
-                config.datacenter_id = lease.datacenter_id();
-                config.worker_id = lease.worker_id();
-                Some(Arc::new(lease) as Arc<dyn snowflake_server::fleet::Coordinator>)
-            }
-            None => match &config.zookeeper {
-                Some(zookeeper) => {
-                    let registration =
-                        register_in_zookeeper(&config, zookeeper, &listeners, &clock).await?;
-                    config.worker_id = registration.worker_id();
-                    Some(Arc::new(registration) as Arc<dyn snowflake_server::fleet::Coordinator>)
-                }
-                None => None,
+        let coordination =
+            snowflake_fleet::Coordination::chosen(config.etcd.as_ref(), config.zookeeper.as_ref());
+        let request = snowflake_fleet::PairRequest {
+            datacenter_id: config.datacenter_id,
+            worker_id: config.worker_id,
+            pinned: config.worker_id_given,
+        };
+        let applicant = snowflake_fleet::Applicant {
+            host: config.hostname.clone(),
+            advertise_addr: config.advertise_addr.clone(),
+            listeners: [
+                ("http", listeners.http_addr()),
+                ("grpc", listeners.grpc_addr()),
+                ("thrift", listeners.thrift_addr()),
+                ("resp", listeners.resp_addr()),
+            ]
+            .into_iter()
+            .filter_map(|(protocol, addr)| {
+                addr.map(|addr| snowflake_fleet::Listener { protocol, addr })
+            })
+            .collect(),
+        };
+        let layout = config.layout;
+        let node = snowflake_fleet::connect(
+            coordination.as_ref(),
+            &layout,
+            request,
+            &applicant,
+            clock.as_ref(),
+            |pair, coordinator| {
+                config.datacenter_id = pair.datacenter_id;
+                config.worker_id = pair.worker_id;
+                Node::with_coordinator(&config, Arc::clone(&clock), anchor, coordinator)
             },
-        };
-        let node = match Node::with_coordinator(&config, clock, anchor, coordinator.clone()) {
-            Ok(node) => node,
-            Err(err) => {
-                // Nothing was issued: give the pair back at once rather than at lease expiry.
-                if let Some(coordinator) = &coordinator {
-                    coordinator.release().await;
-                }
-                return Err(err.into());
-            }
-        };
+        )
+        .await?;
         let tls = match &listeners.tls {
             None => "off",
             Some(tls) if tls.mutual() => "mutual",
@@ -463,91 +472,6 @@ fn serve(args: &ServeArgs, epoch_ms: Option<&str>) -> ExitCode {
             ExitCode::FAILURE
         }
     }
-}
-
-/// Claims the node's pair from etcd (`--etcd-endpoints`), recording this process and its bound
-/// listeners as the holder.
-async fn claim_from_etcd(
-    config: &Config,
-    etcd: &snowflake_server::EtcdConfig,
-    listeners: &Listeners,
-    now_ms: u64,
-) -> anyhow::Result<snowflake_server::EtcdLease> {
-    let addresses = [
-        ("http", listeners.http_addr()),
-        ("grpc", listeners.grpc_addr()),
-        ("thrift", listeners.thrift_addr()),
-        ("resp", listeners.resp_addr()),
-    ]
-    .into_iter()
-    .filter_map(|(name, addr)| addr.map(|a| format!("{name}={a}")))
-    .collect();
-    let holder = snowflake_server::Holder::this_process(
-        config.hostname.clone(),
-        config.advertise_addr.clone(),
-        addresses,
-        now_ms,
-        config.layout.epoch_ms(),
-    );
-    tracing::info!(
-        endpoints = %etcd.endpoints.join(","),
-        prefix = %etcd.prefix,
-        datacenter_id = config.datacenter_id,
-        worker_id = ?config.worker_id_given.then_some(config.worker_id),
-        "claiming a worker id from etcd"
-    );
-    let worker_id = config.worker_id_given.then_some(config.worker_id);
-    Ok(snowflake_server::EtcdLease::claim(
-        etcd,
-        &config.layout,
-        config.datacenter_id,
-        worker_id,
-        &holder,
-    )
-    .await?)
-}
-
-/// Registers the node's worker id in ZooKeeper (`--zookeeper`) under its advertised Thrift
-/// address, after the 2010 peer checks.
-async fn register_in_zookeeper(
-    config: &Config,
-    zookeeper: &snowflake_server::ZooKeeperConfig,
-    listeners: &Listeners,
-    clock: &Arc<dyn snowflake_core::Clock>,
-) -> anyhow::Result<snowflake_server::zookeeper::ZooKeeperRegistration> {
-    let thrift = listeners
-        .thrift_addr()
-        .ok_or_else(|| anyhow::anyhow!("--zookeeper needs the Thrift listener"))?;
-    // The znode's data: the advertised address, else the bound one (the host name when bound
-    // to every interface).
-    let data = match &config.advertise_addr {
-        Some(addr) => addr.clone(),
-        None if thrift.ip().is_unspecified() => format!("{}:{}", config.hostname, thrift.port()),
-        None => thrift.to_string(),
-    };
-    tracing::info!(
-        servers = %zookeeper.servers.join(","),
-        path = %zookeeper.path,
-        datacenter_id = config.datacenter_id,
-        worker_id = ?config.worker_id_given.then_some(config.worker_id),
-        %data,
-        "registering a worker id in ZooKeeper"
-    );
-    let now = {
-        let clock = Arc::clone(clock);
-        Arc::new(move || clock.now_ms()) as Arc<dyn Fn() -> u64 + Send + Sync>
-    };
-    Ok(
-        snowflake_server::zookeeper::ZooKeeperRegistration::register(
-            zookeeper,
-            &config.layout,
-            config.datacenter_id,
-            config.worker_id_given.then_some(config.worker_id),
-            data,
-            now,
-        )
-        .await?,
-    )
 }
 
 /// Logs to stderr, human-readable or JSON, filtered by `--log`.

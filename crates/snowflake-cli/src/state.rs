@@ -452,20 +452,23 @@ fn fleet_mark(
     config: &Config,
     datacenter_id: u64,
     worker_id: u64,
-) -> anyhow::Result<Option<(&'static str, snowflake_server::fleet::StoredMark)>> {
+) -> anyhow::Result<Option<(&'static str, snowflake_fleet::StoredMark)>> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
     runtime.block_on(async {
         if let Some(etcd) = &config.etcd {
-            let mark =
-                snowflake_server::etcd::read_mark(etcd, &config.layout, datacenter_id, worker_id)
-                    .await
-                    .map_err(|e| anyhow!("cannot read the mark in etcd: {e}"))?;
+            let pair = snowflake_fleet::Pair {
+                datacenter_id,
+                worker_id,
+            };
+            let mark = snowflake_fleet::etcd::read_mark(etcd, &config.layout, pair)
+                .await
+                .map_err(|e| anyhow!("cannot read the mark in etcd: {e}"))?;
             return Ok(Some(("etcd", mark)));
         }
         if let Some(zookeeper) = &config.zookeeper {
-            let mark = snowflake_server::zookeeper::read_mark(zookeeper, &config.layout, worker_id)
+            let mark = snowflake_fleet::zookeeper::read_mark(zookeeper, &config.layout, worker_id)
                 .await
                 .map_err(|e| anyhow!("cannot read the mark in ZooKeeper: {e}"))?;
             return Ok(Some(("zookeeper", mark)));
@@ -511,27 +514,27 @@ fn lower(args: &LowerArgs, epoch_ms: Option<&str>, out: &mut impl Write) -> anyh
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
+    let lowering = snowflake_fleet::LowerMark {
+        to_ms,
+        by: &by,
+        now_ms,
+    };
     let fleet = runtime.block_on(async {
         if let Some(etcd) = &config.etcd {
-            let previous = snowflake_server::etcd::lower_mark(
-                etcd,
-                &layout,
+            let pair = snowflake_fleet::Pair {
                 datacenter_id,
                 worker_id,
-                to_ms,
-                &by,
-                now_ms,
-            )
-            .await
-            .map_err(|e| anyhow!("etcd: {e}"))?;
+            };
+            let previous = snowflake_fleet::etcd::lower_mark(etcd, &layout, pair, &lowering)
+                .await
+                .map_err(|e| anyhow!("etcd: {e}"))?;
             return anyhow::Ok(Some(("etcd", previous)));
         }
         if let Some(zookeeper) = &config.zookeeper {
-            let previous = snowflake_server::zookeeper::lower_mark(
-                zookeeper, &layout, worker_id, to_ms, &by, now_ms,
-            )
-            .await
-            .map_err(|e| anyhow!("ZooKeeper: {e}"))?;
+            let previous =
+                snowflake_fleet::zookeeper::lower_mark(zookeeper, &layout, worker_id, &lowering)
+                    .await
+                    .map_err(|e| anyhow!("ZooKeeper: {e}"))?;
             return anyhow::Ok(Some(("zookeeper", previous)));
         }
         anyhow::Ok(None)

@@ -11,9 +11,8 @@
 use crate::etcd_cluster::EtcdCluster;
 use crate::support::now_ms;
 use snowflake_core::Layout;
-use snowflake_server::etcd::{lower_mark, read_mark};
-use snowflake_server::fleet::{Coordinator, Fence};
-use snowflake_server::{EtcdConfig, EtcdLease, Holder};
+use snowflake_fleet::etcd::{EtcdLease, Holder};
+use snowflake_fleet::{Coordinator, EtcdConfig, Fence, LowerMark, Pair, StoredMark};
 use std::collections::HashSet;
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
@@ -223,6 +222,43 @@ fn runtime() -> tokio::runtime::Runtime {
         .enable_all()
         .build()
         .expect("a tokio runtime")
+}
+
+/// `snowflake state show`'s library call for pair (`datacenter_id`, `worker_id`), its error
+/// as the tool prints it.
+async fn read_mark(
+    config: &EtcdConfig,
+    layout: &Layout,
+    datacenter_id: u64,
+    worker_id: u64,
+) -> Result<StoredMark, String> {
+    let pair = Pair {
+        datacenter_id,
+        worker_id,
+    };
+    snowflake_fleet::etcd::read_mark(config, layout, pair)
+        .await
+        .map_err(|e| e.to_string())
+}
+
+/// `snowflake state lower-mark`'s library call, its error as the tool prints it.
+async fn lower_mark(
+    config: &EtcdConfig,
+    layout: &Layout,
+    datacenter_id: u64,
+    worker_id: u64,
+    to_ms: u64,
+    by: &str,
+    now_ms: u64,
+) -> Result<StoredMark, String> {
+    let pair = Pair {
+        datacenter_id,
+        worker_id,
+    };
+    let lowering = LowerMark { to_ms, by, now_ms };
+    snowflake_fleet::etcd::lower_mark(config, layout, pair, &lowering)
+        .await
+        .map_err(|e| e.to_string())
 }
 
 /// The etcd settings of these tests for `endpoints`.

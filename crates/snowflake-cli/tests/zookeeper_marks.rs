@@ -7,9 +7,8 @@ use crate::support::now_ms;
 use crate::zookeeper_fleet::{EPOCH_MS, MARKS, PATH, mark, mark_json};
 use crate::zookeeper_server::{ZooKeeper, quote};
 use snowflake_core::Layout;
-use snowflake_server::ZooKeeperConfig;
-use snowflake_server::fleet::{Coordinator, Fence};
-use snowflake_server::zookeeper::{RegisterError, ZooKeeperRegistration, lower_mark, read_mark};
+use snowflake_fleet::zookeeper::{RegisterError, ZooKeeperRegistration};
+use snowflake_fleet::{Coordinator, Fence, LowerMark, StoredMark, ZooKeeperConfig};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -43,9 +42,36 @@ async fn register(
         0,
         worker_id,
         DATA.into(),
-        Arc::new(move || now),
+        &snowflake_core::ManualClock::new(now),
     )
     .await
+}
+
+/// `snowflake state show`'s library call for worker `worker_id`, its error as the tool
+/// prints it.
+async fn read_mark(
+    config: &ZooKeeperConfig,
+    layout: &Layout,
+    worker_id: u64,
+) -> Result<StoredMark, String> {
+    snowflake_fleet::zookeeper::read_mark(config, layout, worker_id)
+        .await
+        .map_err(|e| e.to_string())
+}
+
+/// `snowflake state lower-mark`'s library call, its error as the tool prints it.
+async fn lower_mark(
+    config: &ZooKeeperConfig,
+    layout: &Layout,
+    worker_id: u64,
+    to_ms: u64,
+    by: &str,
+    now_ms: u64,
+) -> Result<StoredMark, String> {
+    let lowering = LowerMark { to_ms, by, now_ms };
+    snowflake_fleet::zookeeper::lower_mark(config, layout, worker_id, &lowering)
+        .await
+        .map_err(|e| e.to_string())
 }
 
 fn floor_of(registration: &ZooKeeperRegistration) -> u64 {

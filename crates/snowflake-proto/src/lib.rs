@@ -1,16 +1,20 @@
-//! The gRPC protocol of the Snowflake ID service, generated from
+//! The wire protocols of the Snowflake ID service: the gRPC protocol, generated from
 //! `proto/snowflake/v1/snowflake.proto` at build time by `protox` and `tonic-prost-build`
-//! (pure Rust: no `protoc` needed).
+//! (pure Rust: no `protoc` needed), and (feature `thrift`) the 2010 Thrift protocol.
 //!
-//! This crate owns the generated code and nothing else: the `snowflake.v1` messages, the tonic
+//! This crate owns the generated code and the one Thrift client: the `snowflake.v1` messages, the tonic
 //! client ([`v1::snowflake_client::SnowflakeClient`]), the server trait and its tower service
 //! ([`v1::snowflake_server`]), and the encoded file descriptor set that server reflection
 //! serves ([`v1::FILE_DESCRIPTOR_SET`]). The server crate implements the trait; the load
 //! generator (and any client library) uses the client, so neither depends on the other for it.
 //!
+//! With the `thrift` feature, [`thrift`] holds the code the Apache Thrift compiler generates
+//! from `thrift/snowflake.thrift` (the server's processor) and the asynchronous client a
+//! ZooKeeper fleet checks its peers with.
+//!
 //! The standard `grpc.health.v1` service is not generated here: it comes with `tonic-health`.
-//! The etcd API the server leases worker ids with (`proto/etcd/rpc.proto`) is the server's own
-//! business and is compiled there.
+//! The etcd API the fleet leases worker ids with (`proto/etcd/rpc.proto`) is the
+//! `snowflake-fleet` crate's own business and is compiled there.
 //!
 //! ```
 //! use snowflake_proto::v1::{NextIdsRequest, SERVICE_NAME};
@@ -21,6 +25,9 @@
 //! ```
 
 #![deny(missing_docs)]
+
+#[cfg(feature = "thrift")]
+pub mod thrift;
 
 /// `snowflake.v1`: messages, the server trait and a client, generated (not documented item by
 /// item: the `.proto` file is the reference).

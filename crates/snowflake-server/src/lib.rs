@@ -8,11 +8,11 @@
 
 /// True only in the fault campaign's self-test build (`scripts/campaign --self-test`), which has
 /// a safety check disabled so that the campaign must find duplicate IDs. Never run it for real.
-pub const CAMPAIGN_BUG_BUILD: bool = cfg!(snowflake_campaign_bug);
+/// The check is the fleet's (the etcd lease compare), so the fleet crate's build says.
+pub const CAMPAIGN_BUG_BUILD: bool = snowflake_fleet::CAMPAIGN_BUG_BUILD;
 
 pub mod clock_trust;
 pub mod config;
-pub mod fleet;
 pub mod grpc;
 pub mod http;
 pub mod latency;
@@ -25,13 +25,7 @@ pub mod status;
 pub mod thrift;
 pub mod tls;
 
-/// The etcd coordinator, also reachable as `fleet::etcd`.
-pub use fleet::etcd;
-/// The ZooKeeper coordinator, also reachable as `fleet::zookeeper`.
-pub use fleet::zookeeper;
-
 pub use config::{Config, ConfigError, EtcdConfig, LogFormat, ServeArgs, ZooKeeperConfig};
-pub use etcd::{ClaimError, EtcdLease, Holder};
 pub use node::{IssueError, Node, NotNow, Protocol};
 pub use state::StateError;
 
@@ -147,8 +141,8 @@ pub enum RunError {
     State(#[from] StateError),
     /// The node lost its pair for good (another node claimed it while this one was cut off
     /// from the coordination service).
-    #[error("{0}")]
-    Fleet(String),
+    #[error(transparent)]
+    Fleet(snowflake_fleet::FleetError),
 }
 
 /// Runs the service until `shutdown` completes: opens the node (at once, or once its clock
@@ -167,7 +161,7 @@ pub async fn run(
     // The lease outlives the front ends and the keeper: the final mark is written under it.
     let (lease_stop_tx, lease_stop_rx) = watch::channel(false);
     let mut lease = tokio::task::JoinSet::new();
-    let (lost_tx, mut lost_rx) = tokio::sync::mpsc::channel::<String>(1);
+    let (lost_tx, mut lost_rx) = tokio::sync::mpsc::channel::<snowflake_fleet::FleetError>(1);
     if let Some(coordinator) = node.coordinator() {
         lease.spawn(async move {
             if let Err(reason) = coordinator.run(lease_stop_rx).await {

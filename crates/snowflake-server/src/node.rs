@@ -3,10 +3,12 @@
 
 use crate::clock_trust::{ClockAnchor, ClockTrust, Reading, Step};
 use crate::config::Config;
-use crate::fleet::{Coordinator, Fence, LeaseInfo};
 use crate::metrics::Metrics;
 use crate::state::{MarkKind, StateDir, StateError, Stored};
 use snowflake_core::{Clock, Error as CoreError, Generator, IdBatch, Layout, format_unix_ms};
+use snowflake_fleet::{
+    Coordinator, Fence, Fenced, FleetView, IssueLimit, Issuer, LeaseInfo, NOT_RENEWED,
+};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 use tokio::sync::watch;
@@ -201,7 +203,7 @@ pub(crate) struct NodeShared {
     /// The coordination service that leased the pair, if any.
     pub coordinator: Option<Arc<dyn Coordinator>>,
     /// The pairs held in the node's datacenter, as last read from the coordinator.
-    pub fleet: Arc<crate::fleet::FleetView>,
+    pub fleet: Arc<FleetView>,
     status: Mutex<Status>,
 }
 
@@ -406,7 +408,10 @@ impl Node {
         let now_ms = clock.now_ms();
         let (fence_limit_ms, fence_reason) = match &fence {
             None => (u64::MAX, None),
-            Some(fence) => fence_limit(fence, now_ms),
+            Some(fence) => {
+                let limit = fence.limit_at(now_ms);
+                (limit.limit_ms(), limit.reason().map(str::to_owned))
+            }
         };
         let shared = Arc::new(NodeShared {
             generator,
@@ -492,7 +497,7 @@ impl Node {
 
     /// The pairs held in this node's datacenter, as last read from the coordinator (kept
     /// fresh by the running service; empty without a coordinator).
-    pub fn fleet(&self) -> Arc<crate::fleet::FleetView> {
+    pub fn fleet(&self) -> Arc<FleetView> {
         Arc::clone(&self.shared.fleet)
     }
 
@@ -862,7 +867,7 @@ impl Node {
             .as_ref()
             .map(|f| f.borrow().clone());
         if let Some(current) = current {
-            self.apply_fence(&current);
+            snowflake_fleet::apply_fence(self, &current);
         }
     }
 
@@ -876,10 +881,12 @@ impl Node {
             .lock()
             .unwrap_or_else(|poison| poison.into_inner())
             .take();
-        tokio::join!(
-            self.keep_reserving(shutdown.clone()),
-            self.keep_fence(fence, shutdown)
-        );
+        let keep_fence = async {
+            if let Some(fence) = fence {
+                snowflake_fleet::keep_fence(&*self, fence, shutdown.clone()).await;
+            }
+        };
+        tokio::join!(self.keep_reserving(shutdown.clone()), keep_fence);
     }
 
     async fn keep_reserving(&self, mut shutdown: watch::Receiver<bool>) {
@@ -899,90 +906,6 @@ impl Node {
                 _ = shutdown.changed() => return,
             }
         }
-    }
-
-    /// Applies every change of the fence at once, and closes the node the instant a deadline
-    /// passes on the monotonic clock (the wall-clock issue limit already stops it then; this
-    /// also covers a wall clock stepped backwards).
-    async fn keep_fence(
-        &self,
-        fence: Option<watch::Receiver<Fence>>,
-        mut shutdown: watch::Receiver<bool>,
-    ) {
-        let Some(mut fence) = fence else { return };
-        // Whatever changed since the node was built.
-        let current = fence.borrow_and_update().clone();
-        self.apply_fence(&current);
-        // The deadline whose passing was already applied.
-        let mut expired: Option<std::time::Instant> = None;
-        loop {
-            let expiry = match &*fence.borrow() {
-                Fence::Held { until, .. } if Some(*until) != expired => Some(*until),
-                _ => None,
-            };
-            tokio::select! {
-                changed = fence.changed() => match changed {
-                    Ok(()) => {
-                        let current = fence.borrow_and_update().clone();
-                        self.apply_fence(&current);
-                    }
-                    // The coordinator is gone: nothing will renew the fence any more.
-                    Err(_) => {
-                        self.apply_fence(&Fence::Lost {
-                            reason: "the lease keeper stopped".into(),
-                        });
-                        return;
-                    }
-                },
-                () = async {
-                    match expiry {
-                        Some(until) => tokio::time::sleep_until(Instant::from_std(until)).await,
-                        None => std::future::pending().await,
-                    }
-                } => {
-                    let current = fence.borrow().clone();
-                    self.apply_fence(&current);
-                    expired = expiry;
-                }
-                _ = shutdown.changed() => return,
-            }
-        }
-    }
-
-    /// Applies the coordination service's fence: the generator may issue only until its
-    /// deadline (as wall-clock ms), never while it is down, and only above the mark the claim read.
-    fn apply_fence(&self, fence: &Fence) {
-        let now_ms = self.clock.now_ms();
-        let generator = &self.shared.generator;
-        let mut status = self.shared.status();
-        let (limit_ms, reason) = fence_limit(fence, now_ms);
-        if reason.is_some() && status.fence_reason.is_none() && status.phase == Phase::Ready {
-            tracing::warn!(
-                reason = reason.as_deref().unwrap_or(""),
-                "fenced: not issuing ids"
-            );
-        } else if reason.is_none() && status.fence_reason.is_some() {
-            tracing::info!("the lease is held again");
-        }
-        status.fence_limit_ms = limit_ms;
-        status.fence_reason = reason;
-        if let Fence::Held { floor_ms, .. } = fence
-            && generator
-                .last_issued_ms()
-                .is_none_or(|last| last < *floor_ms)
-        {
-            // Re-claimed after an outage, and another holder went further meanwhile.
-            if let Err(err) = generator.resume_after(*floor_ms) {
-                tracing::error!(error = %err, "cannot resume above the pair's mark");
-                status.fence_limit_ms = 0;
-                status.fence_reason = Some(format!("cannot resume above the pair's mark: {err}"));
-            }
-            status.persisted_mark_ms = status.persisted_mark_ms.max(*floor_ms);
-            if now_ms <= *floor_ms && status.phase != Phase::ShuttingDown {
-                status.phase = Phase::WaitingForMark { mark_ms: *floor_ms };
-            }
-        }
-        generator.set_issue_limit_ms(status.issue_limit_ms());
     }
 
     /// One step of the keeper.
@@ -1116,9 +1039,9 @@ impl Node {
                 Ok(()) => self.metrics.lease_mark_writes.inc(),
                 Err(_) => self.metrics.lease_mark_write_errors.inc(),
             };
-            stored.map_err(|message| StateError::Fleet {
+            stored.map_err(|source| StateError::Fleet {
                 service: coordinator.source(),
-                message,
+                source,
             })?;
         }
         Ok(())
@@ -1226,6 +1149,66 @@ impl Node {
     }
 }
 
+/// The fleet fences the node through this: the coordinator's fence becomes the node's fence
+/// limit (and a re-claim's floor, its new mark), under the status lock.
+impl Issuer for Node {
+    fn now_ms(&self) -> u64 {
+        self.clock.now_ms()
+    }
+
+    fn last_issued_ms(&self) -> Option<u64> {
+        self.shared.generator.last_issued_ms()
+    }
+
+    fn set_issue_limit(&self, limit: IssueLimit) {
+        self.apply_fence(limit.until_ms, None, limit.resume_above_ms, limit.at_ms);
+    }
+
+    fn fence(&self, fenced: Fenced) {
+        self.apply_fence(0, Some(fenced.reason), fenced.resume_above_ms, fenced.at_ms);
+    }
+}
+
+impl Node {
+    /// Applies the coordination service's fence: the generator may issue only until its
+    /// deadline (`limit_ms`, wall-clock ms read at `now_ms`), never while it is down (`reason`),
+    /// and only above the mark a re-claim read (`resume_above_ms`, when above the last issued
+    /// ID).
+    fn apply_fence(
+        &self,
+        limit_ms: u64,
+        reason: Option<String>,
+        resume_above_ms: Option<u64>,
+        now_ms: u64,
+    ) {
+        let generator = &self.shared.generator;
+        let mut status = self.shared.status();
+        if reason.is_some() && status.fence_reason.is_none() && status.phase == Phase::Ready {
+            tracing::warn!(
+                reason = reason.as_deref().unwrap_or(""),
+                "fenced: not issuing ids"
+            );
+        } else if reason.is_none() && status.fence_reason.is_some() {
+            tracing::info!("the lease is held again");
+        }
+        status.fence_limit_ms = limit_ms;
+        status.fence_reason = reason;
+        if let Some(floor_ms) = resume_above_ms {
+            // Re-claimed after an outage, and another holder went further meanwhile.
+            if let Err(err) = generator.resume_after(floor_ms) {
+                tracing::error!(error = %err, "cannot resume above the pair's mark");
+                status.fence_limit_ms = 0;
+                status.fence_reason = Some(format!("cannot resume above the pair's mark: {err}"));
+            }
+            status.persisted_mark_ms = status.persisted_mark_ms.max(floor_ms);
+            if now_ms <= floor_ms && status.phase != Phase::ShuttingDown {
+                status.phase = Phase::WaitingForMark { mark_ms: floor_ms };
+            }
+        }
+        generator.set_issue_limit_ms(status.issue_limit_ms());
+    }
+}
+
 fn unavailable(message: impl Into<String>, retry_after_secs: u64) -> IssueError {
     IssueError::Unavailable {
         message: message.into(),
@@ -1255,37 +1238,12 @@ fn not_reserved(limit_ms: u64) -> IssueError {
     )
 }
 
-/// The wall-clock limit a fence allows (reading the clock at `now_ms`), and why it is down.
-fn fence_limit(fence: &Fence, now_ms: u64) -> (u64, Option<String>) {
-    match fence {
-        Fence::Held { until, .. } => {
-            let left = until.saturating_duration_since(std::time::Instant::now());
-            if left.is_zero() {
-                (
-                    0,
-                    Some(
-                        "the lease on this node's (datacenter, worker) pair could not be renewed \
-                         in time; not issuing ids until it is"
-                            .into(),
-                    ),
-                )
-            } else {
-                // Whole milliseconds, rounded down: never past the monotonic deadline.
-                let left_ms = u64::try_from(left.as_millis()).unwrap_or(u64::MAX);
-                (now_ms.saturating_add(left_ms), None)
-            }
-        }
-        Fence::Lost { reason } => (0, Some(reason.clone())),
-    }
-}
-
 /// Why the fence stops the node (also when its deadline passed between two keeper wake-ups).
 fn fence_reason(status: &Status) -> String {
-    status.fence_reason.clone().unwrap_or_else(|| {
-        "the lease on this node's (datacenter, worker) pair could not be renewed in time; not \
-         issuing ids until it is"
-            .into()
-    })
+    status
+        .fence_reason
+        .clone()
+        .unwrap_or_else(|| NOT_RENEWED.into())
 }
 
 fn stepped(step: &Step) -> IssueError {

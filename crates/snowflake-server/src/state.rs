@@ -94,12 +94,12 @@ pub enum StateError {
         source: std::io::Error,
     },
     /// The coordination service did not accept the high-water mark.
-    #[error("cannot record the high-water mark in {service}: {message}")]
+    #[error("cannot record the high-water mark in {service}: {source}")]
     Fleet {
-        /// `etcd`.
+        /// `etcd` or `zookeeper`.
         service: &'static str,
         /// What went wrong.
-        message: String,
+        source: snowflake_fleet::FleetError,
     },
 }
 

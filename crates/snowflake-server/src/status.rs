@@ -8,9 +8,9 @@
 //! Everything shown that the node did not write itself (host names and addresses read from
 //! etcd or ZooKeeper, a pasted ID) is escaped; the page's policy allows no other origin.
 
-use crate::fleet::FleetRead;
 use crate::node::Node;
 use snowflake_core::{SnowflakeId, format_unix_ms};
+use snowflake_fleet::FleetRead;
 use std::fmt::Write as _;
 
 /// The page's Content-Security-Policy: its own script and styles, requests to itself only.

@@ -5,8 +5,8 @@
 use crate::support::{Reply, T, TestServer, config, id_of};
 use hyper::StatusCode;
 use snowflake_core::{Clock, ManualClock};
+use snowflake_fleet::{BoxFuture, Coordinator, Fence, FleetError, HeldPair, LeaseInfo};
 use snowflake_server::Config;
-use snowflake_server::fleet::{BoxFuture, Coordinator, Fence, HeldPair, LeaseInfo};
 use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -121,7 +121,7 @@ impl Coordinator for FakeLease {
         self.fence.subscribe()
     }
 
-    fn store_mark(&self, mark_ms: u64) -> BoxFuture<'_, Result<(), String>> {
+    fn store_mark(&self, mark_ms: u64) -> BoxFuture<'_, Result<(), FleetError>> {
         Box::pin(async move {
             self.marks_started.fetch_add(1, Ordering::SeqCst);
             let _ = self.hold_marks.subscribe().wait_for(|hold| !*hold).await;
@@ -133,12 +133,12 @@ impl Coordinator for FakeLease {
             if accepted {
                 Ok(())
             } else {
-                Err(MARK_REFUSED.into())
+                Err(FleetError::Unavailable(MARK_REFUSED.into()))
             }
         })
     }
 
-    fn run(&self, mut stop: watch::Receiver<bool>) -> BoxFuture<'_, Result<(), String>> {
+    fn run(&self, mut stop: watch::Receiver<bool>) -> BoxFuture<'_, Result<(), FleetError>> {
         Box::pin(async move {
             let _ = stop.wait_for(|stop| *stop).await;
             self.calls.lock().unwrap().push(Call::RunStopped);
@@ -173,7 +173,7 @@ impl Coordinator for FakeLease {
         }
     }
 
-    fn held_pairs(&self) -> BoxFuture<'_, Result<Vec<HeldPair>, String>> {
+    fn held_pairs(&self) -> BoxFuture<'_, Result<Vec<HeldPair>, FleetError>> {
         Box::pin(async move {
             Ok(vec![HeldPair {
                 datacenter_id: 0,

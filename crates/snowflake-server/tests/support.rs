@@ -6,7 +6,7 @@ use hyper::StatusCode;
 use hyper::header::HeaderMap;
 use hyper_util::rt::TokioIo;
 use snowflake_core::{Clock, ManualClock};
-use snowflake_server::fleet::Coordinator;
+use snowflake_fleet::Coordinator;
 use snowflake_server::{Config, Listeners, Node, RunError};
 use std::net::SocketAddr;
 use std::path::Path;

@@ -291,20 +291,6 @@ impl EtcdClient {
         .map(drop)
     }
 
-    /// The remaining TTL of a lease in seconds (-1: expired or unknown).
-    pub async fn time_to_live(&self, lease_id: i64, timeout: Duration) -> Result<i64, EtcdError> {
-        self.call(timeout, |channel| async move {
-            LeaseClient::new(channel)
-                .lease_time_to_live(pb::LeaseTimeToLiveRequest {
-                    id: lease_id,
-                    keys: false,
-                })
-                .await
-        })
-        .await
-        .map(|r| r.ttl)
-    }
-
     /// Runs a transaction.
     pub async fn txn(
         &self,

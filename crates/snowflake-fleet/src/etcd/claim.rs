@@ -1,0 +1,508 @@
+//! The claim: a lease granted, then one transaction that creates `PREFIX/workers/D/W` under
+//! it only if the key is absent and reads `PREFIX/marks/D/W` (the floor); an unpinned node
+//! takes the lowest free worker whose mark it can use, giving back one whose mark it cannot.
+
+use super::client::{EtcdClient, EtcdError};
+use super::txn::{absent, first_kvs, get, lease_is, put, shown};
+use super::{
+    EtcdLease, Keys, Lease, RETRY_PAUSE, call_timeout, held_until, pb, to_i64, trusted_ttl,
+};
+use crate::config::EtcdConfig;
+use crate::mark::{MarkError, usable_mark};
+use crate::proof::Proof;
+use snowflake_core::{Layout, format_unix_ms};
+use std::time::{Duration, Instant};
+
+/// Who holds a claim: the value of the claim key, for operators.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Holder {
+    /// The machine's host name.
+    pub host: String,
+    /// The process id.
+    pub pid: u32,
+    /// `--advertise-addr`, if given.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub advertise_addr: Option<String>,
+    /// The bound listeners, `protocol=addr`.
+    pub addresses: Vec<String>,
+    /// When the process started (ISO-8601 UTC).
+    pub started_at: String,
+    /// The layout's epoch, so a fleet mixing layouts is noticed.
+    pub epoch_ms: u64,
+    /// The service's version.
+    pub version: &'static str,
+}
+
+impl Holder {
+    /// This process, with its listeners' addresses.
+    pub fn this_process(
+        host: String,
+        advertise_addr: Option<String>,
+        addresses: Vec<String>,
+        started_ms: u64,
+        epoch_ms: u64,
+    ) -> Holder {
+        Holder {
+            host,
+            pid: std::process::id(),
+            advertise_addr,
+            addresses,
+            started_at: format_unix_ms(started_ms),
+            epoch_ms,
+            version: env!("CARGO_PKG_VERSION"),
+        }
+    }
+}
+
+/// Why no pair could be claimed; the service does not start.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum ClaimError {
+    /// The pinned pair is held by another live node.
+    #[error(
+        "worker {worker_id} of datacenter {datacenter_id} is held by another node: {holder} (etcd \
+         key {key}); gave up after {waited_secs} s. Two live processes must never share a pair: \
+         pick another --worker-id, or leave it out to take the lowest free one"
+    )]
+    Held {
+        /// The datacenter.
+        datacenter_id: u64,
+        /// The worker.
+        worker_id: u64,
+        /// The claim key's value.
+        holder: String,
+        /// The claim key.
+        key: String,
+        /// How long the claim was retried.
+        waited_secs: u64,
+    },
+    /// Every worker of the datacenter is held.
+    #[error(
+        "all {count} worker ids of datacenter {datacenter_id} are held (etcd keys under {prefix}); \
+         stop a node, or start this one in another datacenter"
+    )]
+    Full {
+        /// The datacenter.
+        datacenter_id: u64,
+        /// How many workers a datacenter has.
+        count: u64,
+        /// The key prefix of the datacenter's claims.
+        prefix: String,
+    },
+    /// etcd did not answer in time.
+    #[error("cannot claim a worker id from etcd ({endpoints}) within {waited_secs} s: {last}")]
+    Unreachable {
+        /// The members tried.
+        endpoints: String,
+        /// How long the claim was retried.
+        waited_secs: u64,
+        /// The last error.
+        last: String,
+    },
+    /// The pair's mark in etcd cannot be read; issuing without it could repeat a predecessor's
+    /// IDs.
+    #[error(
+        "the high-water mark of this pair in etcd ({key}) is unusable: {reason}; refusing to claim \
+         it, because without it this node could repeat ids a previous holder issued"
+    )]
+    BadMark {
+        /// The mark key.
+        key: String,
+        /// What is wrong.
+        reason: String,
+    },
+}
+
+/// The outcome of one claim transaction.
+#[derive(Debug)]
+pub(super) enum Attempt {
+    /// The pair is ours, with the mark read with it.
+    Claimed(ClaimedMark),
+    /// The claim key is ours, but the mark cannot be used (the reason); the claim is still to
+    /// be given back.
+    Unusable { reason: MarkError },
+    /// Another lease holds it; its claim key's value.
+    HeldBy { holder: String },
+}
+
+/// The mark a claim read: the floor, the lease (hex) that wrote it, and the mark key's
+/// `mod_revision` (0 when absent).
+#[derive(Debug)]
+pub(super) struct ClaimedMark {
+    /// The mark (Unix ms): the new holder issues only above it.
+    pub(super) floor_ms: u64,
+    /// The lease (hex) that wrote it, if it says.
+    pub(super) writer: Option<String>,
+    /// The mark key's `mod_revision` (0 when absent): the next write's compare.
+    pub(super) mark_revision: i64,
+}
+
+/// A lease granted for a claim, not yet attached to a key.
+#[derive(Debug, Clone, Copy)]
+struct Granted {
+    /// etcd's lease id.
+    id: i64,
+    /// The TTL to rely on (never more than asked for).
+    ttl_secs: u64,
+    /// When the grant was sent: the lease is provably held for its TTL from then.
+    sent: Instant,
+}
+
+/// A worker whose mark cannot be used, skipped by an unpinned claim.
+#[derive(Debug)]
+struct Skipped {
+    /// The worker.
+    worker_id: u64,
+    /// Its mark key.
+    key: String,
+    /// Why its mark cannot be used.
+    reason: MarkError,
+}
+
+/// A pinned worker found held by another lease.
+#[derive(Debug)]
+struct HeldWorker {
+    /// The worker.
+    worker_id: u64,
+    /// Its claim key's value.
+    holder: String,
+    /// Its claim key.
+    key: String,
+}
+
+/// A pair claimed by one round of [`EtcdLease::claim`].
+#[derive(Debug)]
+struct Won {
+    /// The worker.
+    worker_id: u64,
+    /// The mark read with the claim.
+    mark: ClaimedMark,
+}
+
+impl EtcdLease {
+    /// Claims a pair in `datacenter_id`: exactly `worker_id` when given (retrying while it is
+    /// held, up to the claim timeout), else the lowest free worker whose mark is usable (a
+    /// worker whose mark is not is given back and skipped).
+    pub async fn claim(
+        config: &EtcdConfig,
+        layout: &Layout,
+        datacenter_id: u64,
+        worker_id: Option<u64>,
+        holder: &Holder,
+    ) -> Result<EtcdLease, ClaimError> {
+        let client = EtcdClient::new(
+            &config.endpoints,
+            config.tls.as_ref(),
+            config.auth.as_ref(),
+            call_timeout(config.lease_ttl_secs),
+        )
+        .map_err(|e| ClaimError::Unreachable {
+            endpoints: config.endpoints.join(","),
+            waited_secs: 0,
+            last: e.to_string(),
+        })?;
+        let holder_json = serde_json::to_string(holder).unwrap_or_else(|_| "{}".into());
+        let started = Instant::now();
+        let deadline = started.checked_add(config.claim_timeout).unwrap_or(started);
+        let timeout = call_timeout(config.lease_ttl_secs);
+        let waited = |started: Instant| started.elapsed().as_secs();
+        let mut lease: Option<Granted> = None;
+        let mut last_error = String::new();
+        // Workers whose mark is unusable (unpinned claims skip them).
+        let mut unusable: Vec<Skipped> = Vec::new();
+        loop {
+            let result: Result<Option<Won>, ClaimError> = async {
+                // A lease older than half its TTL may lapse before the claim lands: take a new one.
+                if let Some(granted) = lease
+                    && granted.sent.elapsed() > Duration::from_secs(granted.ttl_secs) / 2
+                {
+                    let _ = client.revoke(granted.id, timeout).await;
+                    lease = None;
+                }
+                let lease_id = match lease {
+                    Some(granted) => granted.id,
+                    None => {
+                        let sent = Instant::now();
+                        let granted = client
+                            .grant(to_i64(config.lease_ttl_secs), timeout)
+                            .await
+                            .map_err(|e| unreachable(config, &e))?;
+                        let ttl_secs = trusted_ttl(granted.ttl, config.lease_ttl_secs)
+                            .ok_or_else(|| absurd_grant(config, granted.ttl))?;
+                        lease
+                            .insert(Granted {
+                                id: granted.id,
+                                ttl_secs,
+                                sent,
+                            })
+                            .id
+                    }
+                };
+                let candidates: Vec<u64> = match worker_id {
+                    Some(w) => vec![w],
+                    None => {
+                        let prefix = format!("{}/workers/{datacenter_id}/", config.prefix);
+                        let held: Vec<u64> = client
+                            .range_prefix(&prefix, timeout)
+                            .await
+                            .map_err(|e| unreachable(config, &e))?
+                            .iter()
+                            .filter_map(|kv| {
+                                std::str::from_utf8(&kv.key)
+                                    .ok()?
+                                    .strip_prefix(&prefix)?
+                                    .parse()
+                                    .ok()
+                            })
+                            .collect();
+                        (0..=layout.max_worker_id())
+                            .filter(|w| {
+                                !held.contains(w) && !unusable.iter().any(|u| u.worker_id == *w)
+                            })
+                            .collect()
+                    }
+                };
+                let mut held_by = None;
+                for &w in &candidates {
+                    let keys = Keys::new(&config.prefix, datacenter_id, w);
+                    match try_claim(&client, &keys, lease_id, &holder_json, layout, timeout)
+                        .await
+                        .map_err(|e| unreachable(config, &e))?
+                    {
+                        Attempt::Claimed(mark) => {
+                            return Ok(Some(Won { worker_id: w, mark }));
+                        }
+                        Attempt::HeldBy { holder } => {
+                            held_by = Some(HeldWorker {
+                                worker_id: w,
+                                holder,
+                                key: keys.claim,
+                            });
+                        }
+                        Attempt::Unusable { reason } if worker_id.is_none() => {
+                            // Never issue without a usable mark; another worker will do.
+                            give_back(&client, &keys.claim, lease_id, timeout)
+                                .await
+                                .map_err(|e| unreachable(config, &e))?;
+                            tracing::warn!(
+                                datacenter_id,
+                                worker_id = w,
+                                key = %keys.mark,
+                                %reason,
+                                "skipping a worker whose high-water mark in etcd is unusable"
+                            );
+                            unusable.push(Skipped {
+                                worker_id: w,
+                                key: keys.mark,
+                                reason,
+                            });
+                        }
+                        Attempt::Unusable { reason } => {
+                            return Err(ClaimError::BadMark {
+                                key: keys.mark,
+                                reason: reason.to_string(),
+                            });
+                        }
+                    }
+                }
+                match (worker_id, held_by) {
+                    (Some(_), Some(held)) if Instant::now() >= deadline => Err(ClaimError::Held {
+                        datacenter_id,
+                        worker_id: held.worker_id,
+                        holder: held.holder,
+                        key: held.key,
+                        waited_secs: waited(started),
+                    }),
+                    (Some(_), Some(held)) => {
+                        last_error = format!("held by {}", held.holder);
+                        Ok(None)
+                    }
+                    // Free workers were taken by other nodes claiming at the same moment: list
+                    // again.
+                    (None, Some(_)) if Instant::now() < deadline => Ok(None),
+                    // Nothing free but workers with unusable marks: say why they were skipped.
+                    (None, _) if !unusable.is_empty() => {
+                        let first = &unusable[0];
+                        Err(ClaimError::BadMark {
+                            key: first.key.clone(),
+                            reason: format!(
+                                "{} (no other worker of datacenter {datacenter_id} is free: {} \
+                                 skipped for an unusable mark, worker {} first)",
+                                first.reason,
+                                unusable.len(),
+                                first.worker_id
+                            ),
+                        })
+                    }
+                    _ => Err(ClaimError::Full {
+                        datacenter_id,
+                        count: layout.max_worker_id() + 1,
+                        prefix: format!("{}/workers/{datacenter_id}/", config.prefix),
+                    }),
+                }
+            }
+            .await;
+            match result {
+                Ok(Some(Won { worker_id: w, mark })) => {
+                    let granted = lease.expect("a lease was granted");
+                    let until = held_until(granted.sent, granted.ttl_secs);
+                    let keys = Keys::new(&config.prefix, datacenter_id, w);
+                    tracing::info!(
+                        datacenter_id,
+                        worker_id = w,
+                        lease = %format!("{:x}", granted.id),
+                        ttl_secs = granted.ttl_secs,
+                        key = %keys.claim,
+                        takeover_mark_ms = mark.floor_ms,
+                        "claimed the pair in etcd"
+                    );
+                    return Ok(EtcdLease {
+                        client,
+                        config: config.clone(),
+                        datacenter_id,
+                        worker_id: w,
+                        claim_key: keys.claim,
+                        mark_key: keys.mark,
+                        holder: holder_json,
+                        layout: *layout,
+                        proof: Proof::new(
+                            Lease {
+                                lease_id: granted.id,
+                                ttl_secs: granted.ttl_secs,
+                                mark_revision: mark.mark_revision,
+                            },
+                            until,
+                            mark.floor_ms,
+                        ),
+                    });
+                }
+                Ok(None) => {}
+                Err(ClaimError::Unreachable { last, .. }) => {
+                    // A lease we could not confirm may or may not exist; take a fresh one.
+                    if let Some(granted) = lease.take() {
+                        let _ = client.revoke(granted.id, timeout).await;
+                    }
+                    last_error = last;
+                }
+                Err(other) => {
+                    if let Some(granted) = lease.take() {
+                        let _ = client.revoke(granted.id, timeout).await;
+                    }
+                    return Err(other);
+                }
+            }
+            if Instant::now() >= deadline {
+                if let Some(granted) = lease.take() {
+                    let _ = client.revoke(granted.id, timeout).await;
+                }
+                return Err(ClaimError::Unreachable {
+                    endpoints: config.endpoints.join(","),
+                    waited_secs: waited(started),
+                    last: last_error,
+                });
+            }
+            tokio::time::sleep(RETRY_PAUSE.min(deadline.saturating_duration_since(Instant::now())))
+                .await;
+        }
+    }
+}
+
+/// One claim transaction: create the claim key under `lease_id` if absent, and read the mark
+/// (which must be usable in `layout`). The error is etcd's.
+pub(super) async fn try_claim(
+    client: &EtcdClient,
+    keys: &Keys,
+    lease_id: i64,
+    holder: &str,
+    layout: &Layout,
+    timeout: Duration,
+) -> Result<Attempt, EtcdError> {
+    let request = pb::TxnRequest {
+        compare: vec![absent(&keys.claim)],
+        success: vec![
+            put(&keys.claim, holder.to_owned(), lease_id),
+            get(&keys.mark),
+        ],
+        failure: vec![get(&keys.claim), get(&keys.mark)],
+    };
+    let response = client.txn(request, timeout).await?;
+    let succeeded = response.succeeded;
+    let mut ranges = first_kvs(response);
+    let (claim, mark) = if succeeded {
+        (None, ranges.next().flatten())
+    } else {
+        (ranges.next().flatten(), ranges.next().flatten())
+    };
+    let claimed = |mark: Option<pb::KeyValue>| {
+        let mark_revision = mark.as_ref().map_or(0, |kv| kv.mod_revision);
+        match usable_mark(
+            mark.as_ref().map_or(&[][..], |kv| &kv.value),
+            layout,
+            "lease",
+        ) {
+            Ok(read) => Attempt::Claimed(ClaimedMark {
+                floor_ms: read.high_water_ms,
+                writer: read.writer,
+                mark_revision,
+            }),
+            Err(reason) => Attempt::Unusable { reason },
+        }
+    };
+    if succeeded {
+        return Ok(claimed(mark));
+    }
+    Ok(match claim {
+        // Our own earlier attempt landed although its answer was lost: the pair is ours.
+        Some(kv) if kv.lease == lease_id => claimed(mark),
+        Some(kv) => Attempt::HeldBy {
+            holder: shown(&kv.value),
+        },
+        // Deleted between the compare and the read cannot happen inside one transaction.
+        None => Attempt::HeldBy {
+            holder: "(unknown)".into(),
+        },
+    })
+}
+
+/// Gives back a claim this node just made (its mark is unusable): deletes the claim key only
+/// while it is still attached to `lease_id`, never someone else's.
+async fn give_back(
+    client: &EtcdClient,
+    claim_key: &str,
+    lease_id: i64,
+    timeout: Duration,
+) -> Result<(), EtcdError> {
+    let request = pb::TxnRequest {
+        compare: vec![lease_is(claim_key, lease_id)],
+        success: vec![pb::RequestOp {
+            request: Some(pb::request_op::Request::RequestDeleteRange(
+                pb::DeleteRangeRequest {
+                    key: claim_key.as_bytes().to_vec(),
+                    ..Default::default()
+                },
+            )),
+        }],
+        failure: vec![],
+    };
+    client.txn(request, timeout).await.map(drop)
+}
+
+/// A grant whose TTL cannot be trusted (0 or less): as if etcd could not be reached.
+fn absurd_grant(config: &EtcdConfig, ttl: i64) -> ClaimError {
+    ClaimError::Unreachable {
+        endpoints: config.endpoints.join(","),
+        waited_secs: 0,
+        last: format!(
+            "etcd granted a lease with a ttl of {ttl} s (asked for {} s)",
+            config.lease_ttl_secs
+        ),
+    }
+}
+
+/// etcd could not be asked: the claim retries until its deadline.
+fn unreachable(config: &EtcdConfig, err: &EtcdError) -> ClaimError {
+    ClaimError::Unreachable {
+        endpoints: config.endpoints.join(","),
+        waited_secs: 0,
+        last: err.to_string(),
+    }
+}

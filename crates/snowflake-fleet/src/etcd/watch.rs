@@ -1,0 +1,118 @@
+//! The claim key watched: a claim deleted or taken over by hand (`etcdctl del`, even of the
+//! whole prefix) fences the holder at once, not at its next mark write.
+
+use super::{EtcdLease, RETRY_PAUSE, call_timeout};
+use std::time::Duration;
+use tokio::sync::watch;
+
+impl EtcdLease {
+    /// Watches the claim key while the pair is held, so that a claim deleted or taken over by
+    /// hand (`etcdctl del`, even of the whole prefix, marks included) fences the node at once
+    /// rather than at its next mark write, up to half a reservation later. Best effort: a watch
+    /// that fails is opened again, and each (re)opening reads the key once; the mark writes'
+    /// lease compare stays what guarantees that no mark is written without the claim.
+    pub(super) async fn watch_claim(&self, mut stop: watch::Receiver<bool>) {
+        // The fault campaign's self-test build must go on issuing without its claim.
+        if cfg!(snowflake_campaign_bug) {
+            let _ = stop.wait_for(|s| *s).await;
+            return;
+        }
+        // Failures to open it in a row: the first is logged (etcd out of reach, or a user
+        // without read permission on the key), the rest only at debug level.
+        let mut failures = 0_u32;
+        loop {
+            if *stop.borrow() {
+                return;
+            }
+            let (ttl_secs, lost) = {
+                let state = self.proof.lock();
+                (state.own.ttl_secs, state.lost_reason().is_some())
+            };
+            if lost {
+                // The keep-alive loop claims the pair again; watch once it holds it.
+                tokio::select! {
+                    () = tokio::time::sleep(RETRY_PAUSE) => continue,
+                    _ = stop.wait_for(|s| *s) => return,
+                }
+            }
+            let timeout = call_timeout(ttl_secs);
+            let opened = tokio::select! {
+                opened = self.client.watch_key(&self.claim_key, timeout) => opened,
+                _ = stop.wait_for(|s| *s) => return,
+            };
+            let mut claim = match opened {
+                Ok(claim) => {
+                    failures = 0;
+                    claim
+                }
+                Err(err) => {
+                    failures = failures.saturating_add(1);
+                    if failures == 1 {
+                        tracing::warn!(error = %err, key = %self.claim_key, "cannot watch the claim key; a claim deleted by hand is noticed at the next mark write until the watch is open");
+                    } else {
+                        tracing::debug!(error = %err, key = %self.claim_key, "cannot watch the claim key yet");
+                    }
+                    tokio::select! {
+                        () = tokio::time::sleep(RETRY_PAUSE) => continue,
+                        _ = stop.wait_for(|s| *s) => return,
+                    }
+                }
+            };
+            // Whatever happened before the watch started.
+            self.check_claim(timeout).await;
+            // Opened again now and then: a member cut off from the others keeps a stream open
+            // and silent.
+            let reopen = tokio::time::sleep(Duration::from_secs(ttl_secs.max(1)));
+            tokio::pin!(reopen);
+            loop {
+                let next = tokio::select! {
+                    next = claim.next() => next,
+                    () = &mut reopen => break,
+                    _ = stop.wait_for(|s| *s) => return,
+                };
+                match next {
+                    Ok(response) if response.canceled => break,
+                    Ok(response) => {
+                        if !response.events.is_empty() {
+                            self.check_claim(timeout).await;
+                        }
+                    }
+                    Err(err) => {
+                        tracing::debug!(error = %err, key = %self.claim_key, "the watch on the claim key ended");
+                        break;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Reads the claim key: gone, or attached to another lease, while this node holds the pair
+    /// under the lease it read it for, fences the node at once.
+    async fn check_claim(&self, timeout: Duration) {
+        let lease_id = {
+            let state = self.proof.lock();
+            if state.lost_reason().is_some() {
+                return;
+            }
+            state.own.lease_id
+        };
+        let Ok(kv) = self.client.get_key(&self.claim_key, timeout).await else {
+            // Out of reach: the keep-alives say how long the pair is held.
+            return;
+        };
+        let reason = match kv {
+            None => format!("{} was deleted", self.claim_key),
+            Some(kv) if kv.lease != lease_id => format!(
+                "{} is attached to lease {:x}, not this node's {lease_id:x}",
+                self.claim_key, kv.lease
+            ),
+            Some(_) => return,
+        };
+        if self
+            .proof
+            .lose_if(|lease| lease.lease_id == lease_id, reason.clone())
+        {
+            tracing::error!(key = %self.claim_key, %reason, "lost the pair: not issuing ids until it is claimed again");
+        }
+    }
+}
