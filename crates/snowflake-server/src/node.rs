@@ -358,6 +358,13 @@ impl Node {
         state.remove_leftovers();
         let mut mark = state.load(config.datacenter_id, config.worker_id, layout.epoch_ms())?;
         let last_written_ms = mark.as_ref().map(|m| m.written_at_ms);
+        // Only a reservation this node's own previous run left behind says it crashed; a mark
+        // taken over from the coordination service (below) is another holder's, often a clean
+        // stop.
+        let crashed_at_ms = mark
+            .as_ref()
+            .filter(|m| m.kind == MarkKind::Reservation)
+            .map(|m| m.high_water_ms);
         let mut fence_rx = coordinator.as_ref().map(|c| c.fence());
         let fence = fence_rx.as_mut().map(|f| f.borrow_and_update().clone());
         if let Some(Fence::Held { floor_ms, .. }) = fence
@@ -388,9 +395,9 @@ impl Node {
         let phase = match &mark {
             Some(mark) => {
                 builder = builder.resume_after_ms(mark.high_water_ms);
-                if mark.kind == MarkKind::Reservation {
+                if let Some(high_water_ms) = crashed_at_ms {
                     tracing::warn!(
-                        high_water_ms = mark.high_water_ms,
+                        high_water_ms,
                         "the previous run did not shut down cleanly; resuming above its reservation"
                     );
                 }

@@ -7,5 +7,6 @@ mod http_api;
 mod mixed;
 mod resp;
 mod restart;
+mod start_log;
 mod support;
 mod thrift;
