@@ -24,3 +24,4 @@ mod zookeeper_fleet;
 mod zookeeper_marks;
 mod zookeeper_ownership;
 mod zookeeper_server;
+mod zookeeper_version;

@@ -52,7 +52,8 @@
 //! One concept per file: `session` (sessions and bounded calls), `acl` (the digest
 //! protection of the znodes), `peers` (the 2010 peer checks), `register` (the first
 //! registration), `keep` (the session kept, and registered again), `mark` (the mark written
-//! ahead of use), and `operator` (`snowflake state show` / `lower-mark`).
+//! ahead of use), `operator` (`snowflake state show` / `lower-mark`) and `version` (the
+//! server's version checked against the one the guarantee needs).
 
 mod acl;
 mod keep;
@@ -61,6 +62,7 @@ mod operator;
 mod peers;
 mod register;
 mod session;
+mod version;
 
 pub use operator::{lower_mark, read_mark};
 pub use register::RegisterError;

@@ -8,6 +8,7 @@ use super::peers::check_peers;
 use super::session::{
     ZooKeeperError, bounded, call_timeout, close, connect, margin, session_gone, session_hex,
 };
+use super::version::check_server_version;
 use super::{RETRY_PAUSE, Session, ZooKeeperRegistration};
 use crate::config::ZooKeeperConfig;
 use crate::error::FleetError;
@@ -338,6 +339,7 @@ impl ZooKeeperRegistration {
             .await
             .map_err(|e| unreachable(format!("cannot create {path}: {e}")))?;
         }
+        check_server_version(config).await;
         check_peers(&client, config, datacenter_id, clock, timeout).await?;
         let mut last_error = String::new();
         loop {
