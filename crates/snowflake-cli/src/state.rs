@@ -252,7 +252,7 @@ fn show(args: &ShowArgs, epoch_ms: Option<&str>, out: &mut impl Write) -> anyhow
                 "service": service,
                 "location": mark.location,
                 "high_water_ms": mark.high_water_ms,
-                "time": format_unix_ms(mark.high_water_ms),
+                "time": mark.written_ms().map(format_unix_ms),
                 "holder": mark.holder,
                 "value": mark.value,
             })),
@@ -291,12 +291,14 @@ fn show(args: &ShowArgs, epoch_ms: Option<&str>, out: &mut impl Write) -> anyhow
     clock.write_text(out)?;
     if let Some((service, mark)) = &fleet {
         writeln!(out, "{service} {}", mark.location)?;
-        writeln!(
-            out,
-            "  high-water mark {} ({})",
-            mark.high_water_ms,
-            format_unix_ms(mark.high_water_ms)
-        )?;
+        match mark.written_ms() {
+            Some(mark_ms) => writeln!(
+                out,
+                "  high-water mark {mark_ms} ({})",
+                format_unix_ms(mark_ms)
+            )?,
+            None => writeln!(out, "  high-water mark none (never written)")?,
+        }
         match &mark.holder {
             Some(holder) => writeln!(out, "  held by {holder}")?,
             None => writeln!(out, "  not held")?,

@@ -529,3 +529,40 @@ fn state_show_reads_the_zookeeper_copy_with_its_holder() {
     assert!(value["fleet"]["holder"].is_string(), "{value}");
     assert_exit(&node.stop_with("TERM"), 0);
 }
+
+#[test]
+fn state_show_says_none_for_a_pair_without_a_mark_in_zookeeper() {
+    // Found by a newcomer: a worker nobody ever registered showed a mark of 0 dated 1970.
+    let zk = ZooKeeper::start();
+    let dir = temp_dir();
+    let servers = zk.connect_string();
+    let show = |json: bool| {
+        let mut args = vec!["state", "show"];
+        if json {
+            args.push("--json");
+        }
+        args.extend([
+            "--state-dir",
+            dir.path().to_str().unwrap(),
+            "--zookeeper",
+            &servers,
+            "--datacenter-id",
+            "0",
+            "--worker-id",
+            "9",
+        ]);
+        let shown = snowflake(&args);
+        assert_status(&shown, 0);
+        stdout(&shown)
+    };
+    let text = show(false);
+    assert!(
+        text.contains("zookeeper /snowflake-servers-marks/9\n  high-water mark none"),
+        "{text}"
+    );
+    assert!(text.contains("not held"), "{text}");
+    assert!(!text.contains("1970"), "{text}");
+    let value: serde_json::Value = serde_json::from_str(&show(true)).unwrap();
+    assert_eq!(value["fleet"]["high_water_ms"], 0, "{value}");
+    assert!(value["fleet"]["time"].is_null(), "{value}");
+}
