@@ -402,11 +402,11 @@ fn serve(args: &ServeArgs, epoch_ms: Option<&str>) -> ExitCode {
                  can issue duplicate IDs; never run it for real"
             );
         }
-        tracing::info!(version = VERSION, ?config, "starting");
-        let listeners = Listeners::bind(&config).await?;
-        let mut config = config;
         let coordination =
             snowflake_fleet::Coordination::chosen(config.etcd.as_ref(), config.zookeeper.as_ref());
+        log_start(&config, coordination.as_ref());
+        let listeners = Listeners::bind(&config).await?;
+        let mut config = config;
         let request = snowflake_fleet::PairRequest {
             datacenter_id: config.datacenter_id,
             worker_id: config.worker_id,
@@ -472,6 +472,50 @@ fn serve(args: &ServeArgs, epoch_ms: Option<&str>) -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// The start-up line: the listeners asked for, where the pair comes from, the layout, the
+/// state directory and the coordinator, in a few hundred characters and without a secret (the
+/// whole configuration is `snowflake serve --help`'s business, not the log's).
+fn log_start(config: &Config, coordination: Option<&snowflake_fleet::Coordination>) {
+    let listeners = [
+        ("http", config.http_addr),
+        ("grpc", config.grpc_addr),
+        ("thrift", config.thrift_addr),
+        ("resp", config.resp_addr),
+        ("admin", config.admin_addr),
+    ]
+    .into_iter()
+    .filter_map(|(name, addr)| addr.map(|addr| format!("{name}={addr}")))
+    .collect::<Vec<_>>()
+    .join(" ");
+    let pair = match coordination {
+        None => format!(
+            "datacenter {}, worker {} ({})",
+            config.datacenter_id, config.worker_id, config.identity_source
+        ),
+        Some(fleet) if config.worker_id_given => format!(
+            "datacenter {}, worker {} from {}",
+            config.datacenter_id,
+            config.worker_id,
+            fleet.source()
+        ),
+        Some(fleet) => format!(
+            "datacenter {}, the lowest free worker from {}",
+            config.datacenter_id,
+            fleet.source()
+        ),
+    };
+    let coordinator = coordination.map_or_else(|| "none".to_owned(), ToString::to_string);
+    tracing::info!(
+        version = VERSION,
+        %listeners,
+        %pair,
+        layout = %config.layout,
+        state_dir = %config.state_dir.display(),
+        %coordinator,
+        "starting"
+    );
 }
 
 /// Logs to stderr, human-readable or JSON, filtered by `--log`.

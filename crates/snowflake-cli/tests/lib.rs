@@ -16,6 +16,7 @@ mod prometheus;
 mod resp;
 mod serve;
 mod stalled_disk;
+mod start_line;
 mod state_tool;
 mod support;
 mod systemd;
