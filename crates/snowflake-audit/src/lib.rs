@@ -58,6 +58,9 @@ pub struct Options {
     pub max_line_bytes: usize,
     /// How many IDs are read between two progress reports.
     pub progress_every: u64,
+    /// Whether an ID dated in the future fails the audit (`--fail-on-future`); such IDs are
+    /// reported either way.
+    pub fail_on_future: bool,
 }
 
 /// At most this many copies of one duplicated ID are listed in its example.
@@ -81,6 +84,7 @@ impl Default for Options {
             examples: 10,
             max_line_bytes: 32 << 20,
             progress_every: 1 << 20,
+            fail_on_future: false,
         }
     }
 }
@@ -349,6 +353,7 @@ impl Auditor {
             lines: self.lines,
             future: self.future,
             now_ms: self.options.now_ms,
+            fail_on_future: self.options.fail_on_future,
             time_range,
             nodes,
             duplicate_examples: duplicate_lines

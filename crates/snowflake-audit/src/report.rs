@@ -25,6 +25,9 @@ pub struct Report {
     pub future: u64,
     /// The time IDs were compared with (Unix ms).
     pub now_ms: u64,
+    /// Whether IDs dated in the future fail the audit ([`crate::Options::fail_on_future`]).
+    #[serde(skip)]
+    pub fail_on_future: bool,
     /// The earliest and the latest ID's time, if any ID was read.
     pub time_range: Option<TimeRange>,
     /// Per (datacenter, worker), in that order.
@@ -47,6 +50,17 @@ impl Report {
     /// No duplicate and no invalid line (exit status 0 of `snowflake audit`).
     pub fn is_clean(&self) -> bool {
         self.duplicates == 0 && self.invalid == 0
+    }
+
+    /// Whether the audit passed: clean, and no ID dated in the future when those fail it
+    /// (`--fail-on-future`). `snowflake audit` exits 0 exactly when this holds.
+    pub fn passed(&self) -> bool {
+        self.is_clean() && !self.fails_on_future()
+    }
+
+    /// IDs dated in the future were found and fail the audit.
+    fn fails_on_future(&self) -> bool {
+        self.fail_on_future && self.future > 0
     }
 }
 
@@ -136,16 +150,22 @@ fn grouped(n: u64) -> String {
 impl fmt::Display for Report {
     /// The human summary printed by `snowflake audit`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let verdict = if self.is_clean() {
-            "OK: no duplicate, no invalid line"
-        } else if self.duplicates > 0 && self.invalid > 0 {
-            "FAILED: duplicates and invalid lines"
-        } else if self.duplicates > 0 {
-            "FAILED: duplicates"
+        if self.passed() {
+            writeln!(f, "OK: no duplicate, no invalid line")?;
         } else {
-            "FAILED: invalid lines"
-        };
-        writeln!(f, "{verdict}")?;
+            let failures: Vec<&str> = [
+                (self.duplicates > 0, "duplicates"),
+                (self.invalid > 0, "invalid lines"),
+                (
+                    self.fails_on_future(),
+                    "ids dated in the future (--fail-on-future)",
+                ),
+            ]
+            .into_iter()
+            .filter_map(|(found, what)| found.then_some(what))
+            .collect();
+            writeln!(f, "FAILED: {}", failures.join(" and "))?;
+        }
         writeln!(f, "ids:         {}", grouped(self.ids))?;
         writeln!(f, "unique:      {}", grouped(self.unique))?;
         if self.duplicates == 0 {

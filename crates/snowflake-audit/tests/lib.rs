@@ -139,6 +139,22 @@ fn future_ids_and_the_epoch_are_honoured() {
     assert_eq!(report.time_range.as_ref().unwrap().first_ms, T);
     // Clean all the same: a future date is a finding, not an invalid line.
     assert!(report.is_clean());
+    assert!(report.passed());
+    // Unless future dates fail the audit: then the verdict says so.
+    let failing = Options {
+        layout,
+        now_ms: T + 60_000,
+        fail_on_future: true,
+        ..Options::default()
+    };
+    let report = audit(failing, &[("x", &text)]);
+    assert!(report.is_clean());
+    assert!(!report.passed());
+    assert!(
+        report
+            .to_string()
+            .starts_with("FAILED: ids dated in the future (--fail-on-future)\n")
+    );
 }
 
 #[test]

@@ -103,6 +103,7 @@ fn audit(args: &AuditArgs, layout: Layout) -> anyhow::Result<ExitCode> {
         memory_bytes: usize::try_from(memory_mib << 20)?.max(MIN_MEMORY_BYTES),
         examples: usize::try_from(examples)?,
         max_line_bytes: usize::try_from(max_line_bytes)?,
+        fail_on_future: args.fail_on_future,
         ..Options::default()
     };
     if let Some(now) = &args.now_ms {
@@ -115,7 +116,6 @@ fn audit(args: &AuditArgs, layout: Layout) -> anyhow::Result<ExitCode> {
         options.temp_dir.clone_from(dir);
     }
     let inputs = open_inputs(&args.files)?;
-    let fail_on_future = args.fail_on_future;
     let mut progress = ProgressLine::new();
     let mut auditor = Auditor::new(options);
     for input in inputs {
@@ -148,11 +148,10 @@ fn audit(args: &AuditArgs, layout: Layout) -> anyhow::Result<ExitCode> {
         Err(err) if err.kind() == io::ErrorKind::BrokenPipe => {}
         Err(err) => return Err(err.into()),
     }
-    let failed = !report.is_clean() || (fail_on_future && report.future > 0);
-    Ok(if failed {
-        ExitCode::FAILURE
-    } else {
+    Ok(if report.passed() {
         ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
     })
 }
 

@@ -207,6 +207,31 @@ fn future_dates_are_reported_and_fail_only_when_asked_under_the_chosen_epoch() {
     assert_eq!(report["now_ms"], T + 60_000);
     let out = audit(&["--json", "--now-ms", &now, "--fail-on-future"], &text);
     assert_eq!(status(&out), 1);
+    // The text verdict agrees with the exit status: without --fail-on-future the future ID is
+    // only reported (OK, exit 0); with it, the run failed and the first line says why.
+    let out = audit(&["--now-ms", &now], &text);
+    assert_eq!(status(&out), 0);
+    let summary = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        summary.starts_with("OK: no duplicate, no invalid line\n"),
+        "{summary}"
+    );
+    let out = audit(&["--now-ms", &now, "--fail-on-future"], &text);
+    assert_eq!(status(&out), 1);
+    let summary = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        summary.starts_with("FAILED: ids dated in the future (--fail-on-future)\n"),
+        "{summary}"
+    );
+    // With a duplicate as well, the verdict names both.
+    let both = format!("{text}{}\n", id(T, 0, 0, 0));
+    let out = audit(&["--now-ms", &now, "--fail-on-future"], &both);
+    assert_eq!(status(&out), 1);
+    let summary = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        summary.starts_with("FAILED: duplicates and ids dated in the future (--fail-on-future)\n"),
+        "{summary}"
+    );
     // Another epoch moves every time: 1 000 000 ms later epoch, same raw IDs.
     let out = Command::new(binary())
         .args([
