@@ -423,6 +423,8 @@ fn snowflake_bench_speaks_https_and_grpc_over_mutual_tls() {
     assert_eq!(code, 0, "{stderr}\n{report}");
     assert!(report["requests_ok"].as_u64().unwrap() > 100, "{report}");
     assert_eq!(report["errors_total"], 0, "{report}");
+    assert_eq!(report["protocol"], "http", "{report}");
+    assert_eq!(report["tls"], "mutual", "{report}");
 
     let grpc = node.logged_addr("grpc listening");
     let mut args = vec!["--protocol", "grpc", "--batch", "10"];
@@ -430,6 +432,26 @@ fn snowflake_bench_speaks_https_and_grpc_over_mutual_tls() {
     let (code, report, stderr) = bench(grpc, &args);
     assert_eq!(code, 0, "{stderr}\n{report}");
     assert!(report["requests_ok"].as_u64().unwrap() > 100, "{report}");
+    assert_eq!(report["tls"], "mutual", "{report}");
+
+    // The text report names the transport actually spoken: https, not http.
+    for (addr, protocol, expected) in [
+        (node.addr(), "http", "over https (mutual tls)"),
+        (grpc, "grpc", "over grpc (mutual tls)"),
+    ] {
+        let out = Command::new(crate::support::binary())
+            .args(["bench", "--addr", &addr.to_string(), "--protocol", protocol])
+            .args(["-c", "1", "-n", "5", "--no-progress"])
+            .args(mutual)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{text}");
+        assert!(
+            text.lines().next().unwrap_or("").contains(expected),
+            "{text}"
+        );
+    }
 
     // Without the client certificate the service refuses every connection, and bench says so.
     let (code, report, stderr) = bench(node.addr(), &["--tls-ca", &ca]);

@@ -184,8 +184,9 @@ impl TryFrom<&BenchArgs> for BenchConfig {
 /// benchmark, and prints the report on stdout (text, or one JSON object with `--json`).
 ///
 /// Returns exit code 2 for a bad flag (one line on stderr, nothing on stdout), 1 when the run
-/// could not happen (e.g. nothing listens at `--addr`) or when any request failed (the report is
-/// still printed), and 0 otherwise. Ctrl-C ends the run early and reports what was measured.
+/// could not happen (e.g. nothing listens at `--addr`), when any request failed or when none
+/// finished at all (the report is still printed), and 0 otherwise. Ctrl-C ends the run early
+/// and reports what was measured.
 pub fn run_cli(args: BenchArgs) -> ExitCode {
     let config = match BenchConfig::try_from(&args) {
         Ok(config) => config,
@@ -239,6 +240,15 @@ pub fn run_cli(args: BenchArgs) -> ExitCode {
         eprintln!(
             "error: cannot write the report: {}",
             crate::error::describe_io(&err)
+        );
+        return ExitCode::FAILURE;
+    }
+    if report.finished_nothing() && report.errors_total == 0 {
+        eprintln!(
+            "error: no request finished during the {:.3} s run: {} answered none of them (a \
+             stalled or frozen service, or a run shorter than one answer takes)",
+            report.elapsed.as_secs_f64(),
+            report.addr
         );
         return ExitCode::FAILURE;
     }

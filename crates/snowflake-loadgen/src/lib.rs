@@ -64,7 +64,7 @@ pub use config::{
     MAX_DURATION, MAX_RATE, MAX_REQUESTS, MAX_THREADS, MAX_TIMEOUT, Protocol,
 };
 pub use error::Error;
-pub use report::{Latency, Report, StopReason};
+pub use report::{Latency, Report, StopReason, TlsMode};
 pub use tls::BenchTls;
 
 use std::future::Future;

@@ -31,6 +31,31 @@ impl StopReason {
     }
 }
 
+/// Whether the run spoke TLS to the service (`--tls-ca`), and with a client certificate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+#[non_exhaustive]
+pub enum TlsMode {
+    /// Plaintext.
+    Off,
+    /// TLS, verifying the service's certificate.
+    On,
+    /// Mutual TLS: TLS with a client certificate (`--tls-client-cert`).
+    Mutual,
+}
+
+impl TlsMode {
+    /// The lowercase name used in reports, e.g. `"mutual"` (the service's start log says the
+    /// same: `tls="mutual"`).
+    pub const fn name(self) -> &'static str {
+        match self {
+            TlsMode::Off => "off",
+            TlsMode::On => "on",
+            TlsMode::Mutual => "mutual",
+        }
+    }
+}
+
 /// Latency percentiles of the successful measured requests, in microseconds.
 ///
 /// In a closed-loop run a request's latency runs from when it was sent; under `--rate`
@@ -63,6 +88,8 @@ pub struct Latency {
 pub struct Report {
     /// The protocol spoken.
     pub protocol: Protocol,
+    /// Whether it was spoken over TLS (JSON `"tls": "off" | "on" | "mutual"`).
+    pub tls: TlsMode,
     /// The target, `HOST:PORT`.
     pub addr: String,
     /// Concurrent connections.
@@ -127,6 +154,11 @@ impl Report {
         };
         Report {
             protocol: config.protocol(),
+            tls: match config.tls() {
+                None => TlsMode::Off,
+                Some(tls) if tls.is_mutual() => TlsMode::Mutual,
+                Some(_) => TlsMode::On,
+            },
             addr: config.addr().to_owned(),
             connections: config.connections(),
             batch: config.batch(),
@@ -143,6 +175,31 @@ impl Report {
             ids_per_sec: per_sec(stats.ids),
             latency_us,
         }
+    }
+
+    /// What was spoken, as the text report names it: `http`, `https`, `https (mutual tls)`,
+    /// `grpc`, `grpc (tls)`, `thrift`.
+    pub fn transport(&self) -> String {
+        match (self.protocol, self.tls) {
+            (protocol, TlsMode::Off) => protocol.name().to_owned(),
+            (Protocol::Http, TlsMode::Mutual) => "https (mutual tls)".to_owned(),
+            (Protocol::Http, _) => "https".to_owned(),
+            (protocol, tls) => format!(
+                "{} ({}tls)",
+                protocol.name(),
+                if tls == TlsMode::Mutual {
+                    "mutual "
+                } else {
+                    ""
+                }
+            ),
+        }
+    }
+
+    /// Whether no measured request finished, well or not: every one sent was still waiting for
+    /// its answer when the run ended. Such a run measured nothing; `snowflake bench` exits 1.
+    pub fn finished_nothing(&self) -> bool {
+        self.requests == 0
     }
 
     /// The errors on one line, most frequent first: `http_503 12, connect_refused 3`, or `none`.
@@ -167,7 +224,7 @@ impl fmt::Display for Report {
             f,
             "target      {} over {}, {} connection{}, {} id{} per request",
             self.addr,
-            self.protocol,
+            self.transport(),
             self.connections,
             plural(u64::from(self.connections)),
             self.batch,
@@ -212,7 +269,14 @@ impl fmt::Display for Report {
             latency.samples,
             plural(latency.samples),
         )?;
-        write!(f, "errors      {}", self.errors_summary())
+        write!(f, "errors      {}", self.errors_summary())?;
+        if self.finished_nothing() && self.errors.is_empty() {
+            write!(
+                f,
+                ", but no request finished: the service answered none within the run"
+            )?;
+        }
+        Ok(())
     }
 }
 

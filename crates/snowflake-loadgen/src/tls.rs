@@ -114,6 +114,11 @@ impl BenchTls {
         Ok(Some(BenchTls { ca_pem, identity }))
     }
 
+    /// Whether a client certificate is presented (mutual TLS).
+    pub fn is_mutual(&self) -> bool {
+        self.identity.is_some()
+    }
+
     /// A rustls client configuration offering `alpn`.
     pub(crate) fn client_config(&self, alpn: &[u8]) -> Result<Arc<rustls::ClientConfig>, String> {
         let provider = Arc::new(rustls::crypto::ring::default_provider());

@@ -297,6 +297,26 @@ fn run_cli_exits_2_for_a_bad_flag_and_1_when_nothing_listens() {
 }
 
 #[test]
+fn run_cli_exits_1_when_no_request_finished_during_the_run() {
+    // A service that accepts connections (the kernel does, from the backlog) and never answers,
+    // like a frozen process: every request is still waiting when a run shorter than --timeout
+    // ends, so none finished and none failed. That is no measurement: exit 1, not 0.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = silent.local_addr().unwrap().to_string();
+    let code = snowflake_loadgen::run_cli(args(&[
+        "--addr",
+        &addr,
+        "-c",
+        "2",
+        "-d",
+        "300ms",
+        "--no-progress",
+    ]));
+    assert_eq!(code, ExitCode::FAILURE);
+    drop(silent);
+}
+
+#[test]
 fn each_protocol_defaults_to_the_services_listener_for_it() {
     for (protocol, addr) in [
         ("http", "127.0.0.1:8080"),

@@ -202,6 +202,27 @@ async fn a_slow_answer_is_a_timeout() {
 }
 
 #[tokio::test]
+async fn a_run_in_which_no_request_finished_says_so() {
+    // Answers take longer than the run: nothing finished, nothing failed.
+    let server = TestServer::start(Mode::Slow(Duration::from_secs(5))).await;
+    let config = config(&server.addr())
+        .connections(2)
+        .duration(Duration::from_millis(300))
+        .build()
+        .unwrap();
+    let report = snowflake_loadgen::run(config).await.unwrap();
+    assert_eq!(report.requests, 0);
+    assert_eq!(report.errors_total, 0, "{:?}", report.errors);
+    let text = report.to_string();
+    assert!(
+        text.ends_with(
+            "errors      none, but no request finished: the service answered none within the run"
+        ),
+        "{text}"
+    );
+}
+
+#[tokio::test]
 async fn connection_refused_at_start_is_a_clear_error() {
     let port = closed_port();
     let config = config(&format!("127.0.0.1:{port}")).build().unwrap();
