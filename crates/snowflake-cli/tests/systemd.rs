@@ -62,7 +62,7 @@ fn the_unit_verifies_and_its_sandbox_rates_ok() {
         .and_then(|s| s.parse().ok())
         .unwrap_or_else(|| panic!("no score in {line:?}"));
     assert!(score <= 2.0, "exposure {score} > 2.0: {line}");
-    // The README states the score: keep it true.
+    // docs/deploy.md states the score: keep it true.
     let readme =
         std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/deploy.md"))
             .unwrap();
