@@ -229,10 +229,14 @@ pub fn check_sample(per_thread: &[Vec<u64>], now_ms: u64) -> SampleCheck {
     for ids in per_thread {
         out_of_order += ids.windows(2).filter(|w| w[1] <= w[0]).count();
         for &id in ids {
-            let ok = SnowflakeId::try_from(id).is_ok_and(|id| {
-                let d = layout.describe(id);
-                d.datacenter_id == 1 && d.worker_id == 1 && d.timestamp_ms.abs_diff(now_ms) < 5000
-            });
+            let ok = SnowflakeId::try_from(id)
+                .ok()
+                .and_then(|id| layout.describe(id).ok())
+                .is_some_and(|d| {
+                    d.datacenter_id == 1
+                        && d.worker_id == 1
+                        && d.timestamp_ms.abs_diff(now_ms) < 5000
+                });
             if !ok {
                 bad_layout += 1;
             }

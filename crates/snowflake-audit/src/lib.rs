@@ -43,7 +43,8 @@ use std::path::PathBuf;
 /// How an audit runs.
 #[derive(Debug, Clone)]
 pub struct Options {
-    /// How IDs are decoded (the epoch matters for times and future dates).
+    /// How IDs are decoded (the epoch matters for times and future dates); an ID above its
+    /// largest is an invalid line.
     pub layout: Layout,
     /// IDs dated after this Unix time (ms) are counted as dated in the future.
     pub now_ms: u64,
@@ -188,6 +189,7 @@ impl Auditor {
         let node_mask = (1u64 << (bits.datacenter + bits.worker)) - 1;
         let time_shift = bits.sequence + bits.worker + bits.datacenter;
         let epoch_ms = layout.epoch_ms();
+        let max_id = layout.max_id().as_u64();
         // The last node seen and its stats: consecutive IDs mostly come from one node.
         let mut cached: Option<(u64, NodeStats)> = None;
         let mut next_progress = self.ids + self.options.progress_every.max(1);
@@ -204,7 +206,7 @@ impl Auditor {
                     "line longer than {} bytes",
                     self.options.max_line_bytes
                 )),
-                Line::Text(text) => parse_line(text),
+                Line::Text(text) => parse_line(text, max_id),
             };
             let one;
             let ids: &[u64] = match &parsed {
@@ -342,7 +344,11 @@ impl Auditor {
             .map(|n| (n.first_ms, n.last_ms))
             .reduce(|a, b| (a.0.min(b.0), a.1.max(b.1)))
             .map(|(first_ms, last_ms)| TimeRange::new(first_ms, last_ms));
-        let describe = |id: u64| layout.describe(SnowflakeId::new(id).expect("parsed ids fit"));
+        let describe = |id: u64| {
+            SnowflakeId::new(id)
+                .and_then(|id| layout.describe(id).ok())
+                .expect("parsed ids fit the layout")
+        };
         Ok(Report {
             ids: self.ids,
             unique,

@@ -6,7 +6,7 @@ use serde::de::{self, Deserializer, SeqAccess, Visitor};
 use snowflake_core::SnowflakeId;
 use std::fmt;
 
-/// The largest ID: 2^63 − 1.
+/// The largest ID of any layout: 2^63 − 1.
 const MAX_ID: u64 = SnowflakeId::MAX.as_u64();
 
 /// What a line holds.
@@ -21,40 +21,52 @@ pub(crate) enum Parsed {
 }
 
 /// Reads one line (without its newline). Surrounding ASCII whitespace (a `\r`, spaces) is
-/// ignored. The error says why the line holds no valid ID.
-pub(crate) fn parse_line(line: &[u8]) -> Result<Parsed, String> {
+/// ignored. The error says why the line holds no valid ID; an ID above `max_id` (the layout's
+/// largest) makes the line invalid.
+pub(crate) fn parse_line(line: &[u8], max_id: u64) -> Result<Parsed, String> {
     let line = line.trim_ascii();
-    match line.first() {
+    let parsed = match line.first() {
         None => Ok(Parsed::Blank),
         Some(b'{') => parse_json(line),
-        Some(_) => parse_decimal(line).map(Parsed::One),
+        Some(_) => parse_decimal(line, max_id).map(Parsed::One),
+    }?;
+    if max_id < MAX_ID {
+        let above = match &parsed {
+            Parsed::Blank => None,
+            Parsed::One(id) => Some(*id).filter(|id| *id > max_id),
+            Parsed::Many(ids) => ids.iter().copied().find(|id| *id > max_id),
+        };
+        if let Some(id) = above {
+            return Err(format!("invalid id: expected 0..={max_id}, found {id}"));
+        }
     }
+    Ok(parsed)
 }
 
-/// Decimal digits only, 0 ..= 2^63 − 1 (leading zeros allowed).
-fn parse_decimal(text: &[u8]) -> Result<u64, String> {
+/// Decimal digits only, 0 ..= `max` (leading zeros allowed).
+fn parse_decimal(text: &[u8], max: u64) -> Result<u64, String> {
     let mut value: u64 = 0;
     for &byte in text {
         let digit = byte.wrapping_sub(b'0');
         if digit > 9 {
-            return Err(not_an_id(text));
+            return Err(not_an_id(text, max));
         }
         value = match value
             .checked_mul(10)
             .and_then(|v| v.checked_add(u64::from(digit)))
         {
-            Some(v) if v <= MAX_ID => v,
-            _ => return Err(not_an_id(text)),
+            Some(v) if v <= max => v,
+            _ => return Err(not_an_id(text, max)),
         };
     }
     Ok(value)
 }
 
 /// The message for a value that is not an ID, with at most 40 characters of it.
-fn not_an_id(text: &[u8]) -> String {
+fn not_an_id(text: &[u8], max: u64) -> String {
     let shown = String::from_utf8_lossy(&text[..text.len().min(40)]);
     let more = if text.len() > 40 { "…" } else { "" };
-    format!("invalid id: expected a decimal 0..={MAX_ID}, found {shown:?}{more}")
+    format!("invalid id: expected a decimal 0..={max}, found {shown:?}{more}")
 }
 
 /// A JSON line: an object with `"id"` (a string or a number) and/or `"ids"` (an array of them);
@@ -134,7 +146,7 @@ impl Visitor<'_> for IdVisitor {
     }
 
     fn visit_str<E: de::Error>(self, text: &str) -> Result<u64, E> {
-        parse_decimal(text.as_bytes()).map_err(E::custom)
+        parse_decimal(text.as_bytes(), MAX_ID).map_err(E::custom)
     }
 }
 
@@ -167,11 +179,11 @@ mod tests {
     use super::*;
 
     fn ok(line: &str) -> Parsed {
-        parse_line(line.as_bytes()).unwrap()
+        parse_line(line.as_bytes(), MAX_ID).unwrap()
     }
 
     fn err(line: &str) -> String {
-        parse_line(line.as_bytes()).unwrap_err()
+        parse_line(line.as_bytes(), MAX_ID).unwrap_err()
     }
 
     #[test]
@@ -242,5 +254,28 @@ mod tests {
         );
         assert!(err(r#"{"id":"1"} trailing"#).contains("trailing"));
         assert!(err("{").contains("column"), "{}", err("{"));
+    }
+
+    #[test]
+    fn ids_above_the_layouts_largest_are_invalid() {
+        let js = (1u64 << 53) - 1;
+        let parse = |line: &str| parse_line(line.as_bytes(), js);
+        assert_eq!(parse("9007199254740991"), Ok(Parsed::One(js)));
+        assert_eq!(
+            parse("9007199254740992").unwrap_err(),
+            "invalid id: expected a decimal 0..=9007199254740991, found \"9007199254740992\""
+        );
+        assert_eq!(
+            parse(r#"{"id":9007199254740992}"#).unwrap_err(),
+            "invalid id: expected 0..=9007199254740991, found 9007199254740992"
+        );
+        assert_eq!(
+            parse(r#"{"ids":["1","9223372036854775807"]}"#).unwrap_err(),
+            "invalid id: expected 0..=9007199254740991, found 9223372036854775807"
+        );
+        assert_eq!(
+            parse(r#"{"ids":[1,"9007199254740991"]}"#),
+            Ok(Parsed::Many(vec![1, js]))
+        );
     }
 }

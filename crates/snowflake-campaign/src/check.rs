@@ -15,9 +15,11 @@
 //!    campaign's clock when it was answered (the largest forward step the node may have
 //!    trusted, plus `--max-clock-step-ms`, plus slack).
 //! 5. **Every refusal has a reason**: an error answer carries a message.
+//! 6. **In the layout**: no ID is above the largest ID of the fleet's layout (under `js-safe`,
+//!    none beyond 2^53 − 1). The other rules read every ID's fields with that layout's widths.
 
 use crate::clients::{Op, Outcome};
-use snowflake_core::{Layout, SnowflakeId};
+use snowflake_core::{Layout, Parts, SnowflakeId};
 use std::collections::HashMap;
 
 /// A broken promise, with the operations that show it.
@@ -38,6 +40,8 @@ pub struct Facts {
     pub allowed_ahead_ms: Vec<u64>,
     /// The marks read while the campaign ran.
     pub samples: Vec<MarkSample>,
+    /// The fleet's layout: how IDs are read, and the largest one allowed.
+    pub layout: Layout,
 }
 
 /// Where a mark was read: a node slot's state directory (`None`: the coordination service), and
@@ -81,7 +85,7 @@ struct PairOp {
 
 /// Checks `history`; at most `limit` violations of each rule are returned.
 pub fn check(history: &[Op], facts: &Facts, limit: usize) -> (Totals, Vec<Violation>) {
-    let layout = Layout::TWITTER;
+    let layout = facts.layout;
     let mut violations = Vec::new();
     let mut totals = Totals::default();
     let mut all: Vec<(u64, usize)> = Vec::new();
@@ -107,6 +111,22 @@ pub fn check(history: &[Op], facts: &Facts, limit: usize) -> (Totals, Vec<Violat
         }
     }
 
+    // 6. In the layout.
+    for &(id, index) in &all {
+        let fits = SnowflakeId::new(id).is_some_and(|id| layout.check_id(id).is_ok());
+        if !fits && count(&violations, "layout") < limit {
+            violations.push(Violation {
+                rule: "layout",
+                detail: format!(
+                    "{id} is above the largest id {} of the layout {}",
+                    layout.max_id(),
+                    layout.name()
+                ),
+                ops: vec![index],
+            });
+        }
+    }
+
     // 1. Duplicates.
     all.sort_unstable();
     for pair in all.windows(2) {
@@ -127,7 +147,7 @@ pub fn check(history: &[Op], facts: &Facts, limit: usize) -> (Totals, Vec<Violat
         };
         let mut by_pair: HashMap<(u64, u64), (u64, u64)> = HashMap::new();
         for &id in ids {
-            let parts = layout.decode(SnowflakeId::new(id).unwrap_or(SnowflakeId::MAX));
+            let parts = parts(&layout, id);
             let entry = by_pair
                 .entry((parts.datacenter_id, parts.worker_id))
                 .or_insert((id, id));
@@ -183,7 +203,7 @@ pub fn check(history: &[Op], facts: &Facts, limit: usize) -> (Totals, Vec<Violat
         let Some(&PairOp { high, index, .. }) = ops.iter().max_by_key(|o| o.high) else {
             continue;
         };
-        let high_ms = layout.decode(SnowflakeId::new(high).unwrap_or(SnowflakeId::MAX));
+        let high_ms = parts(&layout, high);
         let mark = facts.marks.get(pair).copied();
         if mark.is_none_or(|m| high_ms.timestamp_ms > m) && count(&violations, "mark") < limit {
             violations.push(Violation {
@@ -231,9 +251,7 @@ pub fn check(history: &[Op], facts: &Facts, limit: usize) -> (Totals, Vec<Violat
                 done += 1;
             }
             let Some(earlier) = highest else { continue };
-            let high_ms = layout
-                .decode(SnowflakeId::new(earlier.high).unwrap_or(SnowflakeId::MAX))
-                .timestamp_ms;
+            let high_ms = parts(&layout, earlier.high).timestamp_ms;
             if high_ms > sample.mark_ms && count(&violations, "mark") < limit {
                 let place = node.map_or("the coordination service".to_owned(), |n| {
                     format!("node {n}'s state directory")
@@ -265,9 +283,7 @@ pub fn check(history: &[Op], facts: &Facts, limit: usize) -> (Totals, Vec<Violat
         let Some(&latest) = ids.iter().max() else {
             continue;
         };
-        let ms = layout
-            .decode(SnowflakeId::new(latest).unwrap_or(SnowflakeId::MAX))
-            .timestamp_ms;
+        let ms = parts(&layout, latest).timestamp_ms;
         if ms > op.received_unix_ms + allowed && count(&violations, "future") < limit {
             violations.push(Violation {
                 rule: "future",
@@ -288,10 +304,23 @@ fn count(violations: &[Violation], rule: &str) -> usize {
     violations.iter().filter(|v| v.rule == rule).count()
 }
 
+/// The fields of `id` under `layout`; an ID outside the layout (a violation of its own) is read
+/// as the layout's largest.
+fn parts(layout: &Layout, id: u64) -> Parts {
+    SnowflakeId::new(id)
+        .and_then(|id| layout.decode(id).ok())
+        .unwrap_or(Parts {
+            timestamp_ms: layout.max_timestamp_ms(),
+            datacenter_id: layout.max_datacenter_id(),
+            worker_id: layout.max_worker_id(),
+            sequence: layout.max_sequence(),
+        })
+}
+
 fn describe(layout: &Layout, id: u64) -> String {
-    match SnowflakeId::new(id) {
-        Some(id) => layout.describe(id).to_string(),
-        None => format!("{id} (not an id)"),
+    match SnowflakeId::new(id).map(|id| layout.describe(id)) {
+        Some(Ok(decoded)) => decoded.to_string(),
+        _ => format!("{id} (not an id of the layout {})", layout.name()),
     }
 }
 
@@ -326,6 +355,7 @@ mod tests {
             marks: [((0, 0), T + 500), ((0, 1), T + 500)].into_iter().collect(),
             allowed_ahead_ms: vec![100; 3],
             samples: Vec::new(),
+            layout: Layout::TWITTER,
         }
     }
 
@@ -400,6 +430,45 @@ mod tests {
             ..op(0, 0, 10, vec![])
         }];
         assert_eq!(rules(&silent, &facts()), ["reason"]);
+    }
+
+    #[test]
+    fn ids_are_read_with_the_fleets_layout_and_none_may_be_above_its_largest() {
+        let js = |ms: u64, worker: u64, sequence: u64| {
+            Layout::JS_SAFE
+                .encode(ms, 0, worker, sequence)
+                .unwrap()
+                .as_u64()
+        };
+        let facts = Facts {
+            layout: Layout::JS_SAFE,
+            ..facts()
+        };
+        // Pairs and times read with js-safe's widths: two workers, in order, under the marks.
+        let clean = vec![
+            op(0, 0, 10, vec![js(T, 0, 0), js(T, 0, 63)]),
+            op(1, 5, 20, vec![js(T, 1, 0)]),
+            op(0, 11, 30, vec![js(T + 1, 0, 0)]),
+        ];
+        assert!(
+            rules(&clean, &facts).is_empty(),
+            "{:?}",
+            check(&clean, &facts, 10).1
+        );
+        // The same history read as Twitter's would see pairs and times that do not exist.
+        assert!(!rules(&clean, &self::facts()).is_empty());
+        // An ID JavaScript cannot hold, from a js-safe fleet.
+        let big = vec![op(0, 0, 10, vec![id(T, 0, 0)])];
+        let found = check(&big, &facts, 10).1;
+        assert!(found.iter().any(|v| v.rule == "layout"), "{found:?}");
+        let layout = found.iter().find(|v| v.rule == "layout").unwrap();
+        assert!(
+            layout
+                .detail
+                .ends_with("is above the largest id 9007199254740991 of the layout js-safe"),
+            "{}",
+            layout.detail
+        );
     }
 
     #[test]

@@ -454,6 +454,8 @@ fn campaign(args: &Args) -> anyhow::Result<bool> {
         marks,
         allowed_ahead_ms,
         samples,
+        // The fleet runs the default layout (`serve` has no --layout yet).
+        layout: snowflake_core::Layout::TWITTER,
     };
     let (totals, violations) = check::check(&history, &facts, 5);
     drop(f);

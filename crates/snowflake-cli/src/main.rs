@@ -3,7 +3,7 @@
 //! The binary only parses arguments and prints; everything else lives in `snowflake-core`.
 
 use clap::{Args, Parser, Subcommand};
-use snowflake_core::{Field, Generator, Layout, SnowflakeId, format_unix_ms};
+use snowflake_core::{Field, Generator, Layout, format_unix_ms};
 use snowflake_loadgen::BenchArgs;
 use snowflake_server::{Config, Listeners, LogFormat, Node, ServeArgs};
 use std::io::{self, BufWriter, Write};
@@ -289,13 +289,13 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Decode(args) => {
             // Parse every ID before printing any, so bad input leaves stdout empty.
+            // Under the layout: an ID above its largest is refused, not decoded past its end.
             let ids = args
                 .ids
                 .iter()
-                .map(|text| text.parse())
-                .collect::<Result<Vec<SnowflakeId>, _>>()?;
-            for id in ids {
-                let decoded = layout.describe(id);
+                .map(|text| layout.parse_id(text).and_then(|id| layout.describe(id)))
+                .collect::<Result<Vec<_>, _>>()?;
+            for decoded in ids {
                 if args.json {
                     serde_json::to_writer(&mut out, &decoded)?;
                     writeln!(out)?;

@@ -1,20 +1,26 @@
 //! Saturated generation: how many IDs per second one node issues from 1 and 2 threads, against
-//! the layout's limit of 4,096,000 IDs/s (4,096 per millisecond).
+//! the layout's limit: 4,096,000 IDs/s (4,096 per millisecond) under `twitter`, 64,000 IDs/s
+//! (64 per millisecond) under `js-safe`.
 //!
 //! `cargo bench -p snowflake-core --bench saturation [-- --secs S --rounds N]`
 //!
 //! Each round runs for S seconds (default 1) and counts the IDs issued; the median of N rounds
 //! (default 5) is reported. Performance is reported, never asserted.
 
-use snowflake_core::Generator;
+use snowflake_core::{Generator, Layout};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
-const LIMIT: f64 = 4_096_000.0;
-
-fn round(threads: usize, batch: u64, secs: f64) -> f64 {
-    let generator = Arc::new(Generator::new(1, 1).expect("valid node"));
+fn round(layout: Layout, threads: usize, batch: u64, secs: f64) -> f64 {
+    let generator = Arc::new(
+        Generator::builder()
+            .layout(layout)
+            .datacenter_id(1)
+            .worker_id(1)
+            .build()
+            .expect("valid node"),
+    );
     let stop = Arc::new(AtomicBool::new(false));
     let barrier = Arc::new(Barrier::new(threads + 1));
     let handles: Vec<_> = (0..threads)
@@ -74,16 +80,23 @@ fn main() {
         flag("--rounds", 5.0).max(1.0) as usize
     };
 
-    println!("saturated generation, median of {rounds} rounds of {secs} s; limit 4,096,000 IDs/s");
-    println!("{:<28} {:>14} {:>9}", "mode", "IDs/s", "of limit");
-    for (name, threads, batch) in [
-        ("next_id, 1 thread", 1, 1),
-        ("next_id, 2 threads", 2, 1),
-        ("next_batch(4096), 1 thread", 1, 4096),
-        ("next_batch(4096), 2 threads", 2, 4096),
-    ] {
-        let rates: Vec<f64> = (0..rounds).map(|_| round(threads, batch, secs)).collect();
-        let rate = median(rates);
-        println!("{name:<28} {rate:>14.0} {:>8.2}%", 100.0 * rate / LIMIT);
+    println!("saturated generation, median of {rounds} rounds of {secs} s");
+    println!("{:<38} {:>14} {:>9}", "mode", "IDs/s", "of limit");
+    for layout in [Layout::TWITTER, Layout::JS_SAFE] {
+        let per_ms = layout.max_ids_per_ms();
+        let limit = layout.max_ids_per_second() as f64;
+        for (threads, batch) in [(1, 1), (2, 1), (1, per_ms), (2, per_ms)] {
+            let call = if batch == 1 {
+                "next_id".to_owned()
+            } else {
+                format!("next_batch({batch})")
+            };
+            let name = format!("{}: {call}, {threads} thread(s)", layout.name());
+            let rates: Vec<f64> = (0..rounds)
+                .map(|_| round(layout, threads, batch, secs))
+                .collect();
+            let rate = median(rates);
+            println!("{name:<38} {rate:>14.0} {:>8.2}%", 100.0 * rate / limit);
+        }
     }
 }

@@ -20,6 +20,10 @@ pub enum Field {
     Count,
     /// A layout's epoch, in Unix milliseconds.
     Epoch,
+    /// The first millisecond (Unix ms) of a time window.
+    From,
+    /// The last millisecond (Unix ms) of a time window.
+    To,
 }
 
 impl Field {
@@ -33,6 +37,8 @@ impl Field {
             Field::Id => "snowflake id",
             Field::Count => "count",
             Field::Epoch => "epoch (unix ms)",
+            Field::From => "from (unix ms)",
+            Field::To => "to (unix ms)",
         }
     }
 }
@@ -80,7 +86,23 @@ pub enum Error {
         /// The largest valid value.
         max: u64,
     },
-    /// A custom layout whose bit widths or epoch do not work.
+    /// A time window that ends before it starts.
+    #[error("invalid range: from {from_ms} is after to {to_ms} (unix ms)")]
+    InvalidRange {
+        /// The window's first millisecond (Unix ms).
+        from_ms: u64,
+        /// The window's last millisecond (Unix ms).
+        to_ms: u64,
+    },
+    /// Field widths that break a rule of SPEC §9 (see [`Bits::check`](crate::Bits::check)).
+    #[error("invalid layout {name}: {rule}")]
+    InvalidWidths {
+        /// The widths' name, `custom:T,D,W,S`.
+        name: String,
+        /// The rule they break, and how.
+        rule: String,
+    },
+    /// A layout whose epoch does not work, or a name that is no layout's.
     #[error("invalid layout: {0}")]
     InvalidLayout(String),
     /// The clock reads earlier than the last issued ID's timestamp: issuing now could repeat an

@@ -27,7 +27,7 @@ pub struct SnowflakeId(u64);
 impl SnowflakeId {
     /// The smallest ID, 0 (the epoch, datacenter 0, worker 0, sequence 0).
     pub const MIN: SnowflakeId = SnowflakeId(0);
-    /// The largest ID, 2^63 − 1.
+    /// The largest ID of any layout, 2^63 − 1 (a layout's own is [`Layout::max_id`]).
     pub const MAX: SnowflakeId = SnowflakeId(i64::MAX as u64);
 
     /// The ID with this value, or `None` if it is 2^63 or more.
@@ -57,7 +57,7 @@ impl SnowflakeId {
 
     /// The fields under Twitter's layout.
     pub const fn parts(self) -> Parts {
-        Layout::TWITTER.decode(self)
+        Layout::TWITTER.split(self.0)
     }
 
     /// The ID's time in Unix milliseconds (Twitter's layout).

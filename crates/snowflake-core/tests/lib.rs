@@ -4,6 +4,8 @@
 mod encoding;
 #[cfg(not(loom))]
 mod generator;
+#[cfg(not(loom))]
+mod layouts;
 #[cfg(loom)]
 mod loom_model;
 #[cfg(not(loom))]

@@ -43,7 +43,30 @@ fn json_rejects_out_of_range() {
 fn decoded_has_the_spec_shape() {
     let id = SnowflakeId::try_from(1_724_551_110_457_221_119_u64).unwrap();
     assert_eq!(
-        serde_json::to_string(&Layout::TWITTER.describe(id)).unwrap(),
+        serde_json::to_string(&Layout::TWITTER.describe(id).unwrap()).unwrap(),
         r#"{"id":"1724551110457221119","timestamp_ms":1700000000000,"time":"2023-11-14T22:13:20.000Z","datacenter_id":7,"worker_id":13,"sequence":4095}"#
+    );
+}
+
+#[test]
+fn a_layout_record_has_the_spec_shape_and_reads_back() {
+    use snowflake_core::LayoutRecord;
+    let json = serde_json::to_string(&LayoutRecord::from(Layout::JS_SAFE)).unwrap();
+    assert_eq!(
+        json,
+        r#"{"name":"js-safe","timestamp_bits":41,"datacenter_bits":2,"worker_bits":4,"sequence_bits":6,"epoch_ms":1288834974657,"max_id":"9007199254740991"}"#
+    );
+    let back: LayoutRecord = serde_json::from_str(&json).unwrap();
+    assert_eq!(back.to_layout().unwrap(), Layout::JS_SAFE);
+}
+
+#[test]
+fn an_id_range_is_two_strings() {
+    let range = Layout::TWITTER
+        .id_range(1_700_000_000_000, 1_700_000_000_000)
+        .unwrap();
+    assert_eq!(
+        serde_json::to_string(&range).unwrap(),
+        r#"{"min_id":"1724551110456246272","max_id":"1724551110460440575"}"#
     );
 }

@@ -15,7 +15,6 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
-use snowflake_core::SnowflakeId;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::net::TcpListener;
@@ -493,8 +492,10 @@ fn decode(node: &Node, id: Result<Path<String>, PathRejection>) -> Response {
             "invalid snowflake id: the path segment is not valid UTF-8 text",
         );
     };
-    match text.parse::<SnowflakeId>() {
-        Ok(id) => match serde_json::to_vec(&node.layout().describe(id)) {
+    // Under the node's layout: an ID above its largest is refused, not decoded past its end.
+    let layout = node.layout();
+    match layout.parse_id(&text).and_then(|id| layout.describe(id)) {
+        Ok(decoded) => match serde_json::to_vec(&decoded) {
             Ok(body) => json(StatusCode::OK, body),
             Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()),
         },

@@ -9,7 +9,7 @@
 //! etcd or ZooKeeper, a pasted ID) is escaped; the page's policy allows no other origin.
 
 use crate::node::Node;
-use snowflake_core::{SnowflakeId, format_unix_ms};
+use snowflake_core::format_unix_ms;
 use snowflake_fleet::FleetRead;
 use std::fmt::Write as _;
 
@@ -102,9 +102,12 @@ fn relative(ms: u64, now_ms: u64) -> String {
 
 /// The result of the no-JavaScript decode form, as HTML.
 fn decoded_html(node: &Node, text: &str) -> String {
-    match text.trim().parse::<SnowflakeId>() {
-        Ok(id) => {
-            let d = node.layout().describe(id);
+    let layout = node.layout();
+    match layout
+        .parse_id(text.trim())
+        .and_then(|id| layout.describe(id))
+    {
+        Ok(d) => {
             format!(
                 "<dl id=\"decode-result\" class=\"fields\"><dt>id</dt><dd data-field=\"id\">{}</dd>\
                  <dt>time</dt><dd data-field=\"time\">{}</dd>\

@@ -267,9 +267,13 @@ impl Snowflake for SnowflakeService {
         Handled::mark(&request);
         let started = Instant::now();
         let result = (|| {
-            let id = SnowflakeId::try_from(request.get_ref().id)
+            // Under the node's layout: above its largest ID is INVALID_ARGUMENT.
+            let layout = self.node.layout();
+            let decoded = SnowflakeId::try_from(request.get_ref().id)
+                .and_then(|id| layout.check_id(id))
+                .and_then(|id| layout.describe(id))
                 .map_err(|e| Status::invalid_argument(e.to_string()))?;
-            let decoded = self.node.layout().describe(id);
+            let id = decoded.id;
             Ok(Response::new(DecodeResponse {
                 id: id.as_i64(),
                 timestamp_ms: to_i64(decoded.timestamp_ms, "timestamp_ms")?,

@@ -14,7 +14,6 @@ use crate::latency::RouteLatencies;
 use crate::node::{IssueError, Node, Protocol};
 use parse::Limits;
 use prometheus_client::metrics::counter::Counter;
-use snowflake_core::SnowflakeId;
 use std::io::Write as _;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -538,8 +537,10 @@ async fn answer(
                 return Err(arity(name));
             }
             let text = std::str::from_utf8(args[1]).unwrap_or("");
-            let id: SnowflakeId = text.parse().map_err(|e| format!("ERR {e}"))?;
-            let parts = node.layout().decode(id);
+            // Under the node's layout: an ID above its largest is an error, not decoded.
+            let layout = node.layout();
+            let id = layout.parse_id(text).map_err(|e| format!("ERR {e}"))?;
+            let parts = layout.decode(id).map_err(|e| format!("ERR {e}"))?;
             map_header(out, session, 6);
             bulk(out, b"id");
             integer(out, id_value(id.as_u64()));
