@@ -33,6 +33,7 @@ const ROUTES: &[&str] = &[
     "/v1/ids",
     "/v1/decode/{id}",
     "/v1/info",
+    "/v1/range",
     "/healthz",
     "/readyz",
     "/metrics",
@@ -50,14 +51,17 @@ pub fn router(node: Arc<Node>) -> Router {
     let id = Timed::new(&node, "/v1/id");
     let ids = Timed::new(&node, "/v1/ids");
     let decode_route = Timed::new(&node, "/v1/decode/{id}");
+    let range_route = Timed::new(&node, "/v1/range");
     let router =
         Router::new()
             .route(
                 "/v1/id",
                 get(
-                    move |State(node): State<Arc<Node>>, headers: HeaderMap| async move {
+                    move |State(node): State<Arc<Node>>,
+                          headers: HeaderMap,
+                          RawQuery(query): RawQuery| async move {
                         let started = Instant::now();
-                        let response = next_id(&node, &headers).await;
+                        let response = next_id(&node, &headers, query.as_deref()).await;
                         id.done(&node, started, response)
                     },
                 ),
@@ -83,7 +87,18 @@ pub fn router(node: Arc<Node>) -> Router {
                     },
                 ),
             )
-            .route("/v1/info", node_get(&node, "/v1/info", info));
+            .route("/v1/info", node_get(&node, "/v1/info", info))
+            .route(
+                "/v1/range",
+                get(
+                    move |State(node): State<Arc<Node>>,
+                          query: Result<Query<RangeQuery>, QueryRejection>| async move {
+                        let started = Instant::now();
+                        let response = range(&node, query);
+                        range_route.done(&node, started, response)
+                    },
+                ),
+            );
     let all = Timed::all(&node);
     probe_routes(router, &node)
         .method_not_allowed_fallback(
@@ -286,7 +301,69 @@ fn wants_text(headers: &HeaderMap) -> bool {
         })
 }
 
-async fn next_id(node: &Node, headers: &HeaderMap) -> Response {
+/// How IDs are written in a JSON answer: decimal strings (the default: JavaScript loses
+/// precision above 2^53), or numbers with `format=number`, which only a layout whose IDs all fit
+/// 53 bits allows (SPEC §9).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Format {
+    String,
+    Number,
+}
+
+impl Format {
+    /// The `format` query parameter of `query`, checked against the node's layout before any ID
+    /// is issued.
+    fn of(node: &Node, query: Option<&str>) -> Result<Format, Response> {
+        let given = query
+            .unwrap_or("")
+            .split('&')
+            .find_map(|pair| pair.strip_prefix("format="));
+        match given {
+            None | Some("string") => Ok(Format::String),
+            Some("number") if node.layout().ids_fit_js_number() => Ok(Format::Number),
+            Some("number") => {
+                let layout = node.layout();
+                Err(error(
+                    StatusCode::BAD_REQUEST,
+                    &format!(
+                        "format=number needs a layout whose ids all fit a JavaScript number (at \
+                         most {}), and this node's layout {} has ids up to {}; read the ids as \
+                         strings (format=string, the default), or run a fleet under --layout \
+                         js-safe",
+                        snowflake_core::MAX_SAFE_INTEGER,
+                        layout.name(),
+                        layout.max_id()
+                    ),
+                ))
+            }
+            Some(other) => {
+                let shown: String = other.chars().take(40).collect();
+                Err(error(
+                    StatusCode::BAD_REQUEST,
+                    &format!("invalid format: expected string or number, found {shown:?}"),
+                ))
+            }
+        }
+    }
+
+    /// The quote around each ID: `"` for strings, nothing for numbers.
+    fn quote(self) -> &'static [u8] {
+        match self {
+            Format::String => b"\"",
+            Format::Number => b"",
+        }
+    }
+}
+
+async fn next_id(node: &Node, headers: &HeaderMap, query: Option<&str>) -> Response {
+    let format = match query {
+        // The common case, without a query, costs nothing.
+        None => Format::String,
+        Some(_) => match Format::of(node, query) {
+            Ok(format) => format,
+            Err(response) => return response,
+        },
+    };
     match node.issue(Protocol::Http, 1).await {
         Ok(batches) => {
             let id = batches[0].first().as_u64();
@@ -300,10 +377,12 @@ async fn next_id(node: &Node, headers: &HeaderMap) -> Response {
                 );
                 response
             } else {
-                let mut body = String::with_capacity(32);
-                body.push_str("{\"id\":\"");
-                body.push_str(digits);
-                body.push_str("\"}");
+                let mut body = Vec::with_capacity(32);
+                body.extend_from_slice(b"{\"id\":");
+                body.extend_from_slice(format.quote());
+                body.extend_from_slice(digits.as_bytes());
+                body.extend_from_slice(format.quote());
+                body.push(b'}');
                 json(StatusCode::OK, body)
             }
         }
@@ -329,13 +408,18 @@ async fn next_ids(node: &Node, query: Option<&str>) -> Response {
         Ok(count) => count,
         Err(err) => return err.into_response(),
     };
+    let format = match Format::of(node, query) {
+        Ok(format) => format,
+        Err(response) => return response,
+    };
     match node.issue(Protocol::Http, count).await {
         // More than a millisecond's worth: formatted as hyper sends it, a chunk at a time, so
         // that no runtime thread formats (or writes) megabytes in one go while single IDs wait
         // behind it, and no multi-megabyte buffer is allocated.
-        Ok(batches) if count > node.layout().max_ids_per_ms() => {
-            json(StatusCode::OK, axum::body::Body::new(IdsBody::new(batches)))
-        }
+        Ok(batches) if count > node.layout().max_ids_per_ms() => json(
+            StatusCode::OK,
+            axum::body::Body::new(IdsBody::new(batches, format)),
+        ),
         Ok(batches) => {
             let capacity = usize::try_from(count)
                 .unwrap_or(0)
@@ -344,13 +428,14 @@ async fn next_ids(node: &Node, query: Option<&str>) -> Response {
             let mut body = Vec::with_capacity(capacity);
             body.extend_from_slice(b"{\"ids\":[");
             let mut buf = itoa::Buffer::new();
+            let quote = format.quote();
             for (i, id) in batches.into_iter().flatten().enumerate() {
                 if i > 0 {
                     body.push(b',');
                 }
-                body.push(b'"');
+                body.extend_from_slice(quote);
                 body.extend_from_slice(buf.format(id.as_u64()).as_bytes());
-                body.push(b'"');
+                body.extend_from_slice(quote);
             }
             body.extend_from_slice(b"]}");
             json(StatusCode::OK, body)
@@ -372,6 +457,8 @@ struct IdsBody {
     finished: bool,
     /// Bytes not yet handed out.
     remaining: u64,
+    /// Strings or numbers.
+    format: Format,
     /// The yield between two chunks, while it is pending. Without it a client that reads as fast
     /// as we write (loopback) has the whole body formatted and written in one poll of its
     /// connection, holding a runtime thread for tens of milliseconds.
@@ -382,20 +469,22 @@ impl IdsBody {
     /// About one socket write: small enough that formatting it takes tens of microseconds.
     const CHUNK_BYTES: usize = 64 * 1024;
 
-    fn new(batches: Vec<snowflake_core::IdBatch>) -> IdsBody {
+    fn new(batches: Vec<snowflake_core::IdBatch>, format: Format) -> IdsBody {
         let count: u64 = batches.iter().map(|b| b.len()).sum();
         let digits: u64 = batches
             .iter()
             .map(|b| decimal_digits_in(b.first().as_u64(), b.last().as_u64()))
             .sum();
-        // `{"ids":[` and `]}`, two quotes per ID, a comma between two.
-        let remaining = 10 + digits + 2 * count + count.saturating_sub(1);
+        // `{"ids":[` and `]}`, the quotes around each ID, a comma between two.
+        let quotes = format.quote().len() as u64 * 2;
+        let remaining = 10 + digits + quotes * count + count.saturating_sub(1);
         IdsBody {
             batches: batches.into_iter(),
             next: None,
             started: false,
             finished: false,
             remaining,
+            format,
             yielding: None,
         }
     }
@@ -426,9 +515,9 @@ impl IdsBody {
                 out.push(b',');
             }
             self.started = true;
-            out.push(b'"');
+            out.extend_from_slice(self.format.quote());
             out.extend_from_slice(buf.format(id).as_bytes());
-            out.push(b'"');
+            out.extend_from_slice(self.format.quote());
             self.next = (id < last).then_some((id + 1, last));
         }
         self.remaining = self.remaining.saturating_sub(out.len() as u64);
@@ -500,6 +589,49 @@ fn decode(node: &Node, id: Result<Path<String>, PathRejection>) -> Response {
             Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()),
         },
         Err(err) => error(StatusCode::BAD_REQUEST, &err.to_string()),
+    }
+}
+
+/// `/v1/range`'s query: the window's bounds, Unix ms or RFC 3339.
+#[derive(Debug, serde::Deserialize)]
+struct RangeQuery {
+    from: Option<String>,
+    to: Option<String>,
+}
+
+/// `GET /v1/range?from=T&to=T`: the smallest and largest ID any node could issue in the window.
+fn range(node: &Node, query: Result<Query<RangeQuery>, QueryRejection>) -> Response {
+    let Ok(Query(RangeQuery { from, to })) = query else {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "invalid query: expected /v1/range?from=T&to=T (unix ms or RFC 3339)",
+        );
+    };
+    let (Some(from), Some(to)) = (from, to) else {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "missing query parameter from or to: expected /v1/range?from=T&to=T (unix ms or RFC \
+             3339, both included)",
+        );
+    };
+    match crate::window::range(node.layout(), &plus_offset(&from), &plus_offset(&to)) {
+        Ok(range) => match serde_json::to_vec(&range) {
+            Ok(body) => json(StatusCode::OK, body),
+            Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()),
+        },
+        Err(message) => error(StatusCode::BAD_REQUEST, &message),
+    }
+}
+
+/// A `+` in a query string means a space, so an RFC 3339 offset written unescaped
+/// (`…T10:00:00+02:00`) arrives as `…T10:00:00 02:00`: read that space back as the `+`.
+fn plus_offset(text: &str) -> std::borrow::Cow<'_, str> {
+    let bytes = text.as_bytes();
+    match bytes.len().checked_sub(6) {
+        Some(at) if bytes[at] == b' ' && bytes[at + 3] == b':' => {
+            std::borrow::Cow::Owned(format!("{}+{}", &text[..at], &text[at + 1..]))
+        }
+        _ => std::borrow::Cow::Borrowed(text),
     }
 }
 
@@ -716,7 +848,7 @@ mod tests {
             .map(|id| format!("\"{id}\""))
             .collect();
         let expected = format!("{{\"ids\":[{}]}}", ids.join(","));
-        let mut body = IdsBody::new(batches);
+        let mut body = IdsBody::new(batches, Format::String);
         assert_eq!(
             http_body::Body::size_hint(&body).exact(),
             Some(expected.len() as u64)

@@ -24,6 +24,7 @@ pub mod state;
 pub mod status;
 pub mod thrift;
 pub mod tls;
+pub mod window;
 
 pub use config::{Config, ConfigError, EtcdConfig, LogFormat, ServeArgs, ZooKeeperConfig};
 pub use node::{IssueError, Node, NotNow, Protocol};

@@ -291,6 +291,8 @@ pub struct Info {
     pub max_batch: u64,
     /// The service's version.
     pub version: &'static str,
+    /// The layout IDs are issued under: name, widths, epoch and largest ID (SPEC §9).
+    pub layout: snowflake_core::LayoutRecord,
 }
 
 /// How [`Node::issue_within_ms`] takes from a millisecond.
@@ -846,6 +848,7 @@ impl Node {
             high_water_mark_ms: status.persisted_mark_ms,
             max_batch: self.max_batch,
             version: env!("CARGO_PKG_VERSION"),
+            layout: self.layout.into(),
         }
     }
 

@@ -21,7 +21,7 @@ pub const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'unsafe-
 /// What `GET /v1/status` answers: what the page shows, as JSON.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct Status {
-    /// `/v1/info`'s fields.
+    /// `/v1/info`'s fields (with the layout, from which the page decodes IDs by itself).
     #[serde(flatten)]
     pub info: crate::node::Info,
     /// Why the node cannot issue IDs right now, in words (absent while ready).
@@ -31,29 +31,13 @@ pub struct Status {
     pub last_issued_ms: u64,
     /// IDs issued since the process started, over every protocol.
     pub ids_issued: u64,
-    /// The layout's bit widths, so that the page decodes IDs by itself.
-    pub layout: LayoutBits,
     /// The held pairs of the node's datacenter, as last read (in a fleet).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fleet: Option<FleetRead>,
 }
 
-/// The layout as the page needs it.
-#[derive(Debug, Clone, Copy, serde::Serialize)]
-pub struct LayoutBits {
-    /// Bits of the timestamp.
-    pub timestamp_bits: u8,
-    /// Bits of the datacenter id.
-    pub datacenter_bits: u8,
-    /// Bits of the worker id.
-    pub worker_bits: u8,
-    /// Bits of the sequence.
-    pub sequence_bits: u8,
-}
-
 /// The node's status now.
 pub fn status(node: &Node) -> Status {
-    let bits = node.layout().bits();
     let not_ready = node.readiness().err().map(|e| e.to_string());
     let mut info = node.info();
     // One answer for both fields (they are read under two locks).
@@ -63,12 +47,6 @@ pub fn status(node: &Node) -> Status {
         not_ready,
         last_issued_ms: node.last_issued_ms(),
         ids_issued: node.metrics().ids_issued_total(),
-        layout: LayoutBits {
-            timestamp_bits: bits.timestamp,
-            datacenter_bits: bits.datacenter,
-            worker_bits: bits.worker,
-            sequence_bits: bits.sequence,
-        },
         fleet: node.coordinator().and_then(|_| node.fleet().get()),
     }
 }
@@ -152,12 +130,13 @@ pub fn page(node: &Node, decode: Option<&str>) -> String {
          <title>{title}</title><style>{STYLE}</style></head><body>\
          <h1>snowflake <span id=\"identity\">datacenter {dc} · worker {w}</span></h1>\
          <p class=\"sub\">identity from <b id=\"identity-source\">{source}</b> · version {version} · \
-         epoch {epoch} ({epoch_time})</p>",
+         layout <b id=\"layout\">{layout}</b> · epoch {epoch} ({epoch_time})</p>",
         title = escape(&title),
         dc = info.datacenter_id,
         w = info.worker_id,
         source = escape(info.identity_source),
         version = escape(info.version),
+        layout = escape(&info.layout.name),
         epoch = info.epoch_ms,
         epoch_time = format_unix_ms(info.epoch_ms),
     );
@@ -354,11 +333,13 @@ pub const SCRIPT: &str = r#""use strict";
     var id = BigInt(value);
     if (id >= (1n << 63n)) return false;
     var b = layout.layout;
+    // Above the layout's largest ID: the server's form says why.
+    if (id > BigInt(b.max_id)) return false;
     var seqBits = BigInt(b.sequence_bits), wBits = BigInt(b.worker_bits), dcBits = BigInt(b.datacenter_bits);
     var sequence = id & ((1n << seqBits) - 1n);
     var worker = (id >> seqBits) & ((1n << wBits) - 1n);
     var dc = (id >> (seqBits + wBits)) & ((1n << dcBits) - 1n);
-    var ts = (id >> (seqBits + wBits + dcBits)) + BigInt(layout.epoch_ms);
+    var ts = (id >> (seqBits + wBits + dcBits)) + BigInt(b.epoch_ms);
     if (ts > 253402300799999n) return false;
     var dl = document.createElement("dl"); dl.id = "decode-result"; dl.className = "fields";
     [["id", id.toString()], ["time", iso(ts)], ["timestamp_ms", ts.toString()], ["datacenter_id", dc.toString()],

@@ -4,6 +4,7 @@ mod config;
 mod fleet;
 mod grpc;
 mod http_api;
+mod layouts;
 mod mixed;
 mod resp;
 mod restart;

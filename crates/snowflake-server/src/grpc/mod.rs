@@ -16,7 +16,7 @@ use futures_util::{Stream, StreamExt};
 use pb::snowflake_server::{Snowflake, SnowflakeServer};
 use pb::{
     DecodeRequest, DecodeResponse, GetInfoRequest, GetInfoResponse, NextIdRequest, NextIdResponse,
-    NextIdsRequest, NextIdsResponse, StreamIdsRequest,
+    NextIdsRequest, NextIdsResponse, RangeRequest, RangeResponse, StreamIdsRequest,
 };
 use snowflake_core::{IdBatch, SnowflakeId};
 use std::io;
@@ -67,8 +67,9 @@ const NEXT_IDS: &str = "/snowflake.v1.Snowflake/NextIds";
 const DECODE: &str = "/snowflake.v1.Snowflake/Decode";
 const STREAM_IDS: &str = "/snowflake.v1.Snowflake/StreamIds";
 const GET_INFO: &str = "/snowflake.v1.Snowflake/GetInfo";
+const RANGE: &str = "/snowflake.v1.Snowflake/Range";
 /// All of them.
-const METHODS: [&str; 5] = [NEXT_ID, NEXT_IDS, DECODE, STREAM_IDS, GET_INFO];
+const METHODS: [&str; 6] = [NEXT_ID, NEXT_IDS, DECODE, STREAM_IDS, GET_INFO, RANGE];
 
 /// `snowflake.v1.Snowflake` over a [`Node`].
 #[derive(Debug, Clone)]
@@ -347,9 +348,36 @@ impl Snowflake for SnowflakeService {
                 timestamp_ms: to_i64(info.timestamp_ms, "timestamp_ms")?,
                 max_batch: info.max_batch,
                 ready: self.node.readiness().is_ok(),
+                layout: Some(pb::Layout {
+                    name: info.layout.name,
+                    timestamp_bits: u32::from(info.layout.timestamp_bits),
+                    datacenter_bits: u32::from(info.layout.datacenter_bits),
+                    worker_bits: u32::from(info.layout.worker_bits),
+                    sequence_bits: u32::from(info.layout.sequence_bits),
+                    epoch_ms: to_i64(info.layout.epoch_ms, "epoch_ms")?,
+                    max_id: info.layout.max_id.as_i64(),
+                }),
             }))
         })();
         self.counted(GET_INFO, started, result)
+    }
+
+    async fn range(
+        &self,
+        request: Request<RangeRequest>,
+    ) -> Result<Response<RangeResponse>, Status> {
+        Handled::mark(&request);
+        let started = Instant::now();
+        let RangeRequest { from_ms, to_ms } = *request.get_ref();
+        let result = crate::window::range_ms(self.node.layout(), from_ms, to_ms)
+            .map(|range| {
+                Response::new(RangeResponse {
+                    min_id: range.min_id.as_i64(),
+                    max_id: range.max_id.as_i64(),
+                })
+            })
+            .map_err(Status::invalid_argument);
+        self.counted(RANGE, started, result)
     }
 }
 
