@@ -12,6 +12,8 @@ pub(crate) struct Node {
     /// As the caller wrote it, for messages and events.
     pub(crate) name: String,
     pub(crate) channel: Channel,
+    /// Its ID layout, once its `GetInfo` said which (and it agreed with the client's).
+    pub(crate) layout: std::sync::OnceLock<snowflake_core::Layout>,
     health: Mutex<Health>,
 }
 
@@ -115,6 +117,7 @@ impl Node {
         Ok(Node {
             name: endpoint.to_owned(),
             channel: ep.connect_lazy(),
+            layout: std::sync::OnceLock::new(),
             health: Mutex::new(Health::default()),
         })
     }

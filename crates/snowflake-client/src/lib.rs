@@ -28,6 +28,10 @@
 //! - **Failover**: a node that answers `UNAVAILABLE` (not ready, fenced, clock trouble), does not
 //!   answer in time, or cannot be reached is skipped, with exponential backoff, and for at
 //!   least as long as it asked in its `retry-after`; the call goes on with the next node.
+//! - **One layout**: each node's ID layout is read from its `GetInfo` (never assumed to be
+//!   Twitter's); an ID above the layout's largest is refused, and a node whose layout differs
+//!   from the one the client already uses is not asked (IDs of two layouts can collide).
+//!   [`Client::layout`] returns it, for decoding IDs locally.
 //! - **Ordering**: IDs from one node are time-ordered. IDs from different nodes are not ordered
 //!   with each other, so across a failover (or with several nodes in the list, which the client
 //!   takes turns on) a later call can return a smaller ID. With prefetch, IDs are ordered by the
@@ -39,19 +43,20 @@
 #![deny(missing_docs)]
 
 mod endpoint;
+mod layout;
 mod prefetch;
 mod tls;
 
 pub use prefetch::Prefetch;
-pub use snowflake_core::SnowflakeId;
+pub use snowflake_core::{IdRange, Layout, SnowflakeId};
 pub use tls::Tls;
 
 use endpoint::{Backoff, Node};
 use snowflake_proto::v1::snowflake_client::SnowflakeClient;
-use snowflake_proto::v1::{NextIdRequest, NextIdsRequest};
+use snowflake_proto::v1::{GetInfoRequest, NextIdRequest, NextIdsRequest, RangeRequest};
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::{Arc, OnceLock, Weak};
 use std::time::{Duration, Instant};
 use tokio::sync::Notify;
 use tonic::transport::Channel;
@@ -292,6 +297,7 @@ impl ClientBuilder {
             buffer: self.prefetch.map(prefetch::Buffer::new),
             wake: Arc::clone(&wake),
             closed: AtomicBool::new(false),
+            layout: OnceLock::new(),
             counters: Counters::default(),
             observer: self.observer,
             filling: tokio::sync::Mutex::new(()),
@@ -342,6 +348,9 @@ struct Inner {
     /// Wakes the refiller.
     wake: Arc<Notify>,
     closed: AtomicBool,
+    /// The service's layout: the first node's answer to `GetInfo`, which every other node's
+    /// must equal.
+    layout: OnceLock<Layout>,
     counters: Counters,
     observer: Option<Observer>,
     /// One prefetch fetch at a time: the refiller's, or a taker's that found the buffer empty.
@@ -370,6 +379,7 @@ impl Client {
                         request.set_timeout(t);
                         Ok(vec![c.next_id(request).await?.into_inner().id])
                     },
+                    checked,
                 )
                 .await?;
             inner.counters.served_direct.fetch_add(1, Ordering::Relaxed);
@@ -460,6 +470,66 @@ impl Client {
         })
     }
 
+    /// The service's ID layout (name, widths, epoch, largest ID), as its nodes report it in
+    /// `GetInfo`: asked of a node (failing over like [`Client::next_id`]) unless already known.
+    /// Decode the client's IDs with it: `client.layout().await?.decode(id)`.
+    pub async fn layout(&self) -> Result<Layout, Error> {
+        let inner = &*self.inner;
+        if let Some(layout) = inner.layout.get() {
+            return Ok(*layout);
+        }
+        self.check_open()?;
+        let give_up = Instant::now() + inner.give_up_after;
+        let (layout, _) = inner
+            .call(
+                give_up,
+                |_, _| async { Ok(()) },
+                |(), layout: &Layout| Ok((*layout, 0)),
+            )
+            .await?;
+        Ok(layout)
+    }
+
+    /// The smallest and largest ID any node could issue from `from_ms` to `to_ms` (Unix ms, both
+    /// included), from a node's `Range`: for `WHERE id BETWEEN min_id AND max_id`, which scans
+    /// the primary key's index. A bound outside the layout's lifetime, or `from_ms > to_ms`, is
+    /// [`Error::Rejected`] naming the bound.
+    pub async fn range(&self, from_ms: u64, to_ms: u64) -> Result<IdRange, Error> {
+        self.check_open()?;
+        let inner = &*self.inner;
+        let give_up = Instant::now() + inner.give_up_after;
+        // Beyond int64 is beyond every layout: the node refuses it, naming the bound.
+        let (from_ms, to_ms) = (
+            i64::try_from(from_ms).unwrap_or(i64::MAX),
+            i64::try_from(to_ms).unwrap_or(i64::MAX),
+        );
+        let (range, _) = inner
+            .call(
+                give_up,
+                move |mut c, t| async move {
+                    let mut request = tonic::Request::new(RangeRequest { from_ms, to_ms });
+                    request.set_timeout(t);
+                    Ok(c.range(request).await?.into_inner())
+                },
+                |answer, layout: &Layout| {
+                    let ids = layout::checked_ids(&[answer.min_id, answer.max_id], layout)?;
+                    if ids[0] > ids[1] {
+                        return Err(format!(
+                            "answered a range whose minimum {} is above its maximum {}",
+                            ids[0], ids[1]
+                        ));
+                    }
+                    let range = IdRange {
+                        min_id: ids[0],
+                        max_id: ids[1],
+                    };
+                    Ok((range, 0))
+                },
+            )
+            .await?;
+        Ok(range)
+    }
+
     /// The counters so far.
     pub fn stats(&self) -> Stats {
         let c = &self.inner.counters;
@@ -543,18 +613,22 @@ impl Inner {
         count: u32,
         give_up: Instant,
     ) -> Result<(Vec<SnowflakeId>, usize), Error> {
-        self.call(give_up, move |mut c, t| async move {
-            let mut request = tonic::Request::new(NextIdsRequest { count });
-            request.set_timeout(t);
-            let ids = c.next_ids(request).await?.into_inner().ids;
-            if ids.len() != count as usize {
-                return Err(tonic::Status::internal(format!(
-                    "asked for {count} IDs, got {}",
-                    ids.len()
-                )));
-            }
-            Ok(ids)
-        })
+        self.call(
+            give_up,
+            move |mut c, t| async move {
+                let mut request = tonic::Request::new(NextIdsRequest { count });
+                request.set_timeout(t);
+                let ids = c.next_ids(request).await?.into_inner().ids;
+                if ids.len() != count as usize {
+                    return Err(tonic::Status::internal(format!(
+                        "asked for {count} IDs, got {}",
+                        ids.len()
+                    )));
+                }
+                Ok(ids)
+            },
+            checked,
+        )
         .await
     }
 
@@ -573,17 +647,46 @@ impl Inner {
         Err(earliest.unwrap_or(now))
     }
 
+    /// The node's layout: known, or asked of it now (`GetInfo`), and refused when it is not the
+    /// one the client already uses.
+    async fn layout_of(
+        &self,
+        node: &Node,
+        mut client: SnowflakeClient<Channel>,
+        deadline: Duration,
+    ) -> Result<Layout, Failure> {
+        if let Some(layout) = node.layout.get() {
+            return Ok(*layout);
+        }
+        let mut request = tonic::Request::new(GetInfoRequest {});
+        request.set_timeout(deadline);
+        let info = client
+            .get_info(request)
+            .await
+            .map_err(Failure::Status)?
+            .into_inner();
+        let theirs = layout::from_info(&info).map_err(Failure::Invalid)?;
+        let ours = *self.layout.get_or_init(|| theirs);
+        if theirs != ours {
+            return Err(Failure::Invalid(layout::mixed(&node.name, &theirs, &ours)));
+        }
+        Ok(*node.layout.get_or_init(|| theirs))
+    }
+
     /// Runs `attempt` (given a client of one node and the attempt's deadline) on the nodes in
-    /// turn until one answers with valid IDs, the service refuses the request itself, or
-    /// `give_up` has passed. The IDs, and which node gave them.
-    async fn call<F, Fut>(
+    /// turn until one answers with something `check` accepts under the node's layout, the
+    /// service refuses the request itself, or `give_up` has passed. What `check` made of the
+    /// answer, and which node gave it; `check` also says how many IDs the answer held, for the
+    /// counters.
+    async fn call<F, Fut, R, T>(
         &self,
         give_up: Instant,
         attempt: F,
-    ) -> Result<(Vec<SnowflakeId>, usize), Error>
+        check: impl Fn(R, &Layout) -> Result<(T, u64), String>,
+    ) -> Result<(T, usize), Error>
     where
         F: Fn(SnowflakeClient<Channel>, Duration) -> Fut,
-        Fut: Future<Output = Result<Vec<i64>, tonic::Status>>,
+        Fut: Future<Output = Result<R, tonic::Status>>,
     {
         let started = Instant::now();
         loop {
@@ -609,42 +712,48 @@ impl Inner {
             let deadline = self.call_timeout.min(remaining);
             let sent = Instant::now();
             let client = SnowflakeClient::new(node.channel.clone());
-            let (error, retry_after) =
-                match tokio::time::timeout(deadline, attempt(client, deadline)).await {
-                    Ok(Ok(raw)) => match checked(&raw) {
-                        Ok(ids) => {
-                            if node.succeeded() {
-                                self.event(&Event::EndpointBack {
-                                    endpoint: &node.name,
-                                });
-                            }
-                            let n = ids.len() as u64;
-                            self.counters.fetches.fetch_add(1, Ordering::Relaxed);
-                            self.counters.fetched_ids.fetch_add(n, Ordering::Relaxed);
-                            self.event(&Event::Fetched {
-                                endpoint: &node.name,
-                                ids: n,
-                                elapsed: sent.elapsed(),
-                            });
-                            return Ok((ids, i));
-                        }
-                        Err(bad) => (bad, None),
-                    },
-                    Ok(Err(status)) if status.code() == tonic::Code::InvalidArgument => {
-                        return Err(Error::Rejected(status.message().to_owned()));
+            let answer = tokio::time::timeout(deadline, async {
+                let layout = self.layout_of(node, client.clone(), deadline).await?;
+                let raw = attempt(client, deadline).await.map_err(Failure::Status)?;
+                check(raw, &layout).map_err(Failure::Invalid)
+            })
+            .await;
+            let (error, retry_after) = match answer {
+                Ok(Ok((value, ids))) => {
+                    if node.succeeded() {
+                        self.event(&Event::EndpointBack {
+                            endpoint: &node.name,
+                        });
                     }
-                    // The deadline, as tonic reports it (it enforces the gRPC deadline too).
-                    Ok(Err(status))
-                        if matches!(
-                            status.code(),
-                            tonic::Code::Cancelled | tonic::Code::DeadlineExceeded
-                        ) && sent.elapsed() + Duration::from_millis(1) >= deadline =>
-                    {
-                        (no_answer(deadline), None)
+                    if ids > 0 {
+                        self.counters.fetches.fetch_add(1, Ordering::Relaxed);
+                        self.counters.fetched_ids.fetch_add(ids, Ordering::Relaxed);
+                        self.event(&Event::Fetched {
+                            endpoint: &node.name,
+                            ids,
+                            elapsed: sent.elapsed(),
+                        });
                     }
-                    Ok(Err(status)) => (describe(&status), retry_after(&status)),
-                    Err(_) => (no_answer(deadline), None),
-                };
+                    return Ok((value, i));
+                }
+                Ok(Err(Failure::Invalid(bad))) => (bad, None),
+                Ok(Err(Failure::Status(status)))
+                    if status.code() == tonic::Code::InvalidArgument =>
+                {
+                    return Err(Error::Rejected(status.message().to_owned()));
+                }
+                // The deadline, as tonic reports it (it enforces the gRPC deadline too).
+                Ok(Err(Failure::Status(status)))
+                    if matches!(
+                        status.code(),
+                        tonic::Code::Cancelled | tonic::Code::DeadlineExceeded
+                    ) && sent.elapsed() + Duration::from_millis(1) >= deadline =>
+                {
+                    (no_answer(deadline), None)
+                }
+                Ok(Err(Failure::Status(status))) => (describe(&status), retry_after(&status)),
+                Err(_) => (no_answer(deadline), None),
+            };
             let retry_in = node.failed(&self.backoff, retry_after, error.clone());
             self.counters.failovers.fetch_add(1, Ordering::Relaxed);
             self.event(&Event::Failover {
@@ -675,13 +784,19 @@ impl Inner {
     }
 }
 
-/// IDs as a node sent them, checked: a node that sends a non-positive ID is treated as failing.
-fn checked(raw: &[i64]) -> Result<Vec<SnowflakeId>, String> {
-    raw.iter()
-        .map(|&id| {
-            SnowflakeId::try_from(id).map_err(|e| format!("answered an invalid ID {id}: {e}"))
-        })
-        .collect()
+/// Why one attempt at one node failed.
+enum Failure {
+    /// The call's status.
+    Status(tonic::Status),
+    /// An answer the client cannot use (an ID outside the layout, another layout).
+    Invalid(String),
+}
+
+/// IDs as a node sent them, checked against its layout (see [`layout::checked_ids`]).
+fn checked(raw: Vec<i64>, layout: &Layout) -> Result<(Vec<SnowflakeId>, u64), String> {
+    let ids = layout::checked_ids(&raw, layout)?;
+    let n = ids.len() as u64;
+    Ok((ids, n))
 }
 
 fn no_answer(deadline: Duration) -> String {
@@ -831,8 +946,12 @@ mod tests {
             .insert("retry-after", "2".parse().unwrap());
         assert_eq!(retry_after(&status), Some(Duration::from_secs(2)));
         assert_eq!(describe(&tonic::Status::cancelled("")), "Cancelled");
-        assert!(checked(&[1, 2]).is_ok());
-        assert!(checked(&[5, -1]).unwrap_err().contains("invalid ID -1"));
+        assert!(checked(vec![1, 2], &Layout::TWITTER).is_ok());
+        assert!(
+            checked(vec![5, -1], &Layout::TWITTER)
+                .unwrap_err()
+                .contains("invalid ID -1")
+        );
     }
 
     #[tokio::test]

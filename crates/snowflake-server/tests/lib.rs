@@ -1,5 +1,6 @@
 //! In-process tests of the service: the real server on 127.0.0.1:0, driven by a manual clock.
 
+mod client_layouts;
 mod config;
 mod fleet;
 mod grpc;
