@@ -3,7 +3,7 @@
 //! The binary only parses arguments and prints; everything else lives in `snowflake-core`.
 
 use clap::{Args, Parser, Subcommand};
-use snowflake_core::{Field, Generator, Layout, format_unix_ms};
+use snowflake_core::{Bits, Clock, Field, Generator, Layout, TWITTER_EPOCH_MS};
 use snowflake_loadgen::BenchArgs;
 use snowflake_server::{Config, Listeners, LogFormat, Node, ServeArgs};
 use std::io::{self, BufWriter, Write};
@@ -11,6 +11,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 mod audit;
+mod layouts;
 mod state;
 
 /// The most IDs `snowflake next` prints in one run (about 25 s of output at the layout's limit).
@@ -26,8 +27,9 @@ const VERSION: &str = if snowflake_server::CAMPAIGN_BUG_BUILD {
     env!("CARGO_PKG_VERSION")
 };
 
-/// Unique, time-ordered 63-bit IDs (Twitter's 2010 Snowflake layout: 41-bit milliseconds since
-/// 2010-11-04T01:42:54.657Z, 5-bit datacenter, 5-bit worker, 12-bit sequence).
+/// Unique, time-ordered 63-bit IDs (Twitter's 2010 Snowflake layout by default: 41-bit
+/// milliseconds since 2010-11-04T01:42:54.657Z, 5-bit datacenter, 5-bit worker, 12-bit
+/// sequence; --layout js-safe keeps every ID within 2^53 - 1).
 #[derive(Debug, Parser)]
 #[command(name = "snowflake", version = VERSION, about, max_term_width = 100)]
 struct Cli {
@@ -39,6 +41,12 @@ struct Cli {
 
 #[derive(Debug, Args)]
 struct LayoutArgs {
+    /// The ID layout: twitter (41 | 5 | 5 | 12 bits, the default), js-safe (41 | 2 | 4 | 6:
+    /// every ID at most 2^53 - 1, which a JavaScript number holds), or custom:T,D,W,S
+    /// (timestamp, datacenter, worker and sequence widths; T >= 30, S >= 1, D + W >= 1,
+    /// T + D + W + S <= 63). `serve` runs twitter only, for now.
+    #[arg(long, global = true, value_name = "NAME", env = "SNOWFLAKE_LAYOUT")]
+    layout: Option<String>,
     /// Custom epoch in Unix milliseconds (default: Twitter's, 1288834974657); not in the future.
     #[arg(
         long,
@@ -61,8 +69,12 @@ enum Command {
     /// other's IDs (at once, or after the clock was set back). For keys that must never
     /// repeat, take them from running services with --endpoints.
     Next(NextArgs),
-    /// Print the layout: epoch, bit widths, last representable time, node count, rate limit.
-    Layout,
+    /// Print the layout: name, epoch, bit widths and shifts, largest ID, last representable
+    /// time, node count, rate limit; warns when fewer than 10 years are left.
+    Layout(layouts::LayoutArgs),
+    /// Print the smallest and largest ID any node could issue in a time window (for
+    /// `WHERE id BETWEEN min_id AND max_id` over a primary key).
+    Range(layouts::RangeArgs),
     /// Run the ID service (HTTP/JSON on 127.0.0.1:8080, gRPC on :50051, Thrift on :7609 by
     /// default) until SIGTERM or SIGINT.
     Serve(Box<ServeArgs>),
@@ -83,13 +95,13 @@ struct EncodeArgs {
     /// Unix time in milliseconds, from the epoch up to the layout's last representable time.
     #[arg(long, value_name = "T", allow_negative_numbers = true)]
     timestamp_ms: String,
-    /// Datacenter id, 0..=31.
+    /// Datacenter id, 0..=31 (under --layout: 0..=2^D - 1).
     #[arg(long, value_name = "D", allow_negative_numbers = true)]
     datacenter_id: String,
-    /// Worker id, 0..=31.
+    /// Worker id, 0..=31 (under --layout: 0..=2^W - 1).
     #[arg(long, value_name = "W", allow_negative_numbers = true)]
     worker_id: String,
-    /// Sequence within the millisecond, 0..=4095.
+    /// Sequence within the millisecond, 0..=4095 (under --layout: 0..=2^S - 1).
     #[arg(long, value_name = "S", allow_negative_numbers = true)]
     sequence: String,
 }
@@ -99,7 +111,7 @@ struct DecodeArgs {
     /// Print one JSON object per line instead of text.
     #[arg(long)]
     json: bool,
-    /// IDs to decode (decimal, 0..=9223372036854775807).
+    /// IDs to decode (decimal, 0..=9223372036854775807; under --layout, up to its largest ID).
     #[arg(value_name = "ID", required = true, allow_negative_numbers = true)]
     ids: Vec<String>,
 }
@@ -115,10 +127,10 @@ struct NextArgs {
         allow_negative_numbers = true
     )]
     count: String,
-    /// Datacenter id, 0..=31 [default: 0].
+    /// Datacenter id, 0..=31 (under --layout: 0..=2^D - 1) [default: 0].
     #[arg(long, value_name = "D", allow_negative_numbers = true)]
     datacenter_id: Option<String>,
-    /// Worker id, 0..=31 [default: 0].
+    /// Worker id, 0..=31 (under --layout: 0..=2^W - 1) [default: 0].
     #[arg(long, value_name = "W", allow_negative_numbers = true)]
     worker_id: Option<String>,
     /// Fetch the IDs from running services instead (their gRPC addresses), through the client
@@ -156,6 +168,7 @@ fn next_from_services(
     args: &NextArgs,
     endpoints: &[String],
     count: u64,
+    expected: Option<Layout>,
     out: &mut impl Write,
 ) -> anyhow::Result<()> {
     let tls = match &args.tls_ca {
@@ -190,6 +203,20 @@ fn next_from_services(
             builder = builder.tls(tls);
         }
         let client = builder.build()?;
+        // The services say which layout they run; one given here (--layout, --epoch-ms) must be
+        // theirs, or the caller would read the IDs wrongly.
+        if let Some(expected) = expected {
+            let theirs = client.layout().await?;
+            if theirs != expected {
+                anyhow::bail!(
+                    "the services run the layout {} with epoch {}, not {} with epoch {} as given",
+                    theirs.name(),
+                    theirs.epoch_ms(),
+                    expected.name(),
+                    expected.epoch_ms()
+                );
+            }
+        }
         let mut left = count;
         while left > 0 {
             let part = left.min(snowflake_client::MAX_IDS_PER_REQUEST);
@@ -209,8 +236,24 @@ fn main() -> ExitCode {
         Err(err) => return usage_error(&err),
     };
     match cli.command {
-        Command::Serve(args) => return serve(&args, cli.layout.epoch_ms.as_deref()),
-        Command::Bench(args) => return snowflake_loadgen::run_cli(args),
+        Command::Serve(args) => {
+            // The state directory and the fleet do not record a layout yet: until they do, a
+            // node under another layout could share a pair's marks with Twitter's IDs.
+            if let Err(err) = serve_layout(&cli.layout) {
+                eprintln!("error: {err}");
+                return ExitCode::from(2);
+            }
+            return serve(&args, cli.layout.epoch_ms.as_deref());
+        }
+        Command::Bench(args) => {
+            return match layout(&cli.layout) {
+                Ok(layout) => snowflake_loadgen::run_cli_with_layout(args, layout),
+                Err(err) => {
+                    eprintln!("error: {err}");
+                    ExitCode::from(2)
+                }
+            };
+        }
         Command::Audit(args) => {
             return match layout(&cli.layout) {
                 Ok(layout) => audit::run(&args, layout),
@@ -261,16 +304,42 @@ fn is_broken_pipe(err: &anyhow::Error) -> bool {
         .is_some_and(|e| e.kind() == io::ErrorKind::BrokenPipe)
 }
 
+/// The layout of `--layout` and `--epoch-ms` (Twitter's widths and epoch by default).
 fn layout(args: &LayoutArgs) -> anyhow::Result<Layout> {
-    match &args.epoch_ms {
-        None => Ok(Layout::TWITTER),
-        Some(text) => {
-            let epoch_ms = Layout::TWITTER
-                .parse(Field::Epoch, text)
-                .map_err(|e| anyhow::anyhow!("--epoch-ms: {e}"))?;
-            Ok(Layout::with_epoch(epoch_ms)?)
-        }
+    let bits = layout_bits(args)?;
+    let epoch_ms = match &args.epoch_ms {
+        None => TWITTER_EPOCH_MS,
+        Some(text) => Layout::TWITTER
+            .parse(Field::Epoch, text)
+            .map_err(|e| anyhow::anyhow!("--epoch-ms: {e}"))?,
+    };
+    if args.layout.is_none() && args.epoch_ms.is_none() {
+        return Ok(Layout::TWITTER);
     }
+    Ok(Layout::new(epoch_ms, bits)?)
+}
+
+/// The widths `--layout` names (Twitter's without it).
+fn layout_bits(args: &LayoutArgs) -> anyhow::Result<Bits> {
+    match &args.layout {
+        None => Ok(Bits::TWITTER),
+        Some(name) => name
+            .parse()
+            .map_err(|e| anyhow::anyhow!("--layout (or SNOWFLAKE_LAYOUT): {e}")),
+    }
+}
+
+/// `serve` runs Twitter's widths only, for now (SPEC §9's persisted layout comes first).
+fn serve_layout(args: &LayoutArgs) -> anyhow::Result<()> {
+    let bits = layout_bits(args)?;
+    if bits != Bits::TWITTER {
+        anyhow::bail!(
+            "--layout (or SNOWFLAKE_LAYOUT) {bits}: serve runs the twitter layout only in this \
+             version (the state directory and the fleet do not record a layout yet); unset it, \
+             or use the tools (encode, decode, next, layout, range, audit, state, bench) with it"
+        );
+    }
+    Ok(())
 }
 
 fn run(cli: Cli) -> anyhow::Result<()> {
@@ -307,7 +376,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Next(args) => {
             let count = snowflake_core::parse_count(&args.count, MAX_NEXT_COUNT)?;
             if let Some(endpoints) = &args.endpoints {
-                next_from_services(&args, endpoints, count, &mut out)?;
+                let given = cli.layout.layout.is_some() || cli.layout.epoch_ms.is_some();
+                next_from_services(&args, endpoints, count, given.then_some(layout), &mut out)?;
                 out.flush()?;
                 return Ok(());
             }
@@ -330,36 +400,14 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Serve(_) | Command::Bench(_) | Command::Audit(_) => {
             unreachable!("handled in main")
         }
-        Command::State(command) => state::run(command, cli.layout.epoch_ms.as_deref(), &mut out)?,
-        Command::Layout => {
-            let bits = layout.bits();
-            writeln!(out, "epoch_ms: {}", layout.epoch_ms())?;
-            writeln!(out, "epoch: {}", format_unix_ms(layout.epoch_ms()))?;
-            writeln!(
-                out,
-                "bits: timestamp {} / datacenter {} / worker {} / sequence {}",
-                bits.timestamp, bits.datacenter, bits.worker, bits.sequence
-            )?;
-            writeln!(out, "last_timestamp_ms: {}", layout.max_timestamp_ms())?;
-            writeln!(
-                out,
-                "rollover: {}",
-                format_unix_ms(layout.max_timestamp_ms())
-            )?;
-            writeln!(out, "datacenters: {}", layout.max_datacenter_id() + 1)?;
-            writeln!(
-                out,
-                "workers_per_datacenter: {}",
-                layout.max_worker_id() + 1
-            )?;
-            writeln!(out, "nodes: {}", layout.node_count())?;
-            writeln!(out, "max_ids_per_ms_per_node: {}", layout.max_ids_per_ms())?;
-            writeln!(
-                out,
-                "max_ids_per_second_per_node: {}",
-                layout.max_ids_per_second()
-            )?;
+        Command::State(command) => {
+            state::run(command, cli.layout.epoch_ms.as_deref(), layout, &mut out)?;
         }
+        Command::Layout(args) => {
+            let now_ms = snowflake_core::SystemClock.now_ms();
+            layouts::show(&args, &layout, now_ms, &mut out, &mut io::stderr())?;
+        }
+        Command::Range(args) => layouts::range(&args, &layout, &mut out)?,
     }
     out.flush()?;
     Ok(())

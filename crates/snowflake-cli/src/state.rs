@@ -106,10 +106,10 @@ struct Target {
     /// Private key (PEM) of --zookeeper-cert.
     #[arg(long, env = "SNOWFLAKE_ZOOKEEPER_KEY", value_name = "FILE")]
     zookeeper_key: Option<PathBuf>,
-    /// The pair's datacenter id, 0..=31.
+    /// The pair's datacenter id, 0..=31 (under --layout: 0..=2^D - 1).
     #[arg(long, value_name = "D", allow_negative_numbers = true)]
     datacenter_id: Option<String>,
-    /// The pair's worker id, 0..=31.
+    /// The pair's worker id, 0..=31 (under --layout: 0..=2^W - 1).
     #[arg(long, value_name = "W", allow_negative_numbers = true)]
     worker_id: Option<String>,
 }
@@ -125,10 +125,22 @@ impl Target {
     fn resolve(
         &self,
         epoch_ms: Option<&str>,
+        layout: Layout,
         max_clock_step_ms: Option<&String>,
     ) -> anyhow::Result<Resolved> {
         if self.datacenter_id.is_some() != self.worker_id.is_some() {
             bail!("give both --datacenter-id and --worker-id, or neither");
+        }
+        // The pair in the layout's ranges (`serve`'s settings below know Twitter's only).
+        for (flag, field, text) in [
+            ("--datacenter-id", Field::DatacenterId, &self.datacenter_id),
+            ("--worker-id", Field::WorkerId, &self.worker_id),
+        ] {
+            if let Some(text) = text {
+                layout
+                    .parse(field, text)
+                    .map_err(|e| anyhow!("invalid {flag}: {e}"))?;
+            }
         }
         let args = ServeArgs {
             state_dir: self.state_dir.clone(),
@@ -150,7 +162,8 @@ impl Target {
             max_clock_step_ms: max_clock_step_ms.cloned(),
             ..ServeArgs::default()
         };
-        let config = Config::resolve(&args, epoch_ms)?;
+        let mut config = Config::resolve(&args, epoch_ms)?;
+        config.layout = layout;
         let pair = self
             .worker_id
             .is_some()
@@ -164,14 +177,17 @@ impl Target {
     }
 }
 
+/// Runs a `state` command; `layout` is the global `--layout`/`--epoch-ms` (whose epoch
+/// `epoch_ms` also gives as text, for the settings `serve` shares).
 pub fn run(
     command: StateCommand,
     epoch_ms: Option<&str>,
+    layout: Layout,
     out: &mut impl Write,
 ) -> anyhow::Result<()> {
     match command {
-        StateCommand::Show(args) => show(&args, epoch_ms, out),
-        StateCommand::LowerMark(args) => lower(&args, epoch_ms, out),
+        StateCommand::Show(args) => show(&args, epoch_ms, layout, out),
+        StateCommand::LowerMark(args) => lower(&args, epoch_ms, layout, out),
     }
 }
 
@@ -233,10 +249,15 @@ fn local_marks(
     Ok(marks)
 }
 
-fn show(args: &ShowArgs, epoch_ms: Option<&str>, out: &mut impl Write) -> anyhow::Result<()> {
-    let Resolved { config, pair } = args
-        .target
-        .resolve(epoch_ms, args.max_clock_step_ms.as_ref())?;
+fn show(
+    args: &ShowArgs,
+    epoch_ms: Option<&str>,
+    layout: Layout,
+    out: &mut impl Write,
+) -> anyhow::Result<()> {
+    let Resolved { config, pair } =
+        args.target
+            .resolve(epoch_ms, layout, args.max_clock_step_ms.as_ref())?;
     let layout = config.layout;
     let local = local_marks(&config.state_dir, &layout, pair)?;
     let clock = ClockShown::read(&config.state_dir, config.max_clock_step_ms);
@@ -491,8 +512,13 @@ fn operator() -> String {
     format!("{user}@{host}")
 }
 
-fn lower(args: &LowerArgs, epoch_ms: Option<&str>, out: &mut impl Write) -> anyhow::Result<()> {
-    let Resolved { config, pair } = args.target.resolve(epoch_ms, None)?;
+fn lower(
+    args: &LowerArgs,
+    epoch_ms: Option<&str>,
+    layout: Layout,
+    out: &mut impl Write,
+) -> anyhow::Result<()> {
+    let Resolved { config, pair } = args.target.resolve(epoch_ms, layout, None)?;
     let layout = config.layout;
     let Some((datacenter_id, worker_id)) = pair else {
         bail!("lower-mark needs the pair: --datacenter-id D --worker-id W");

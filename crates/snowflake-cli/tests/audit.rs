@@ -14,6 +14,7 @@ fn audit(args: &[&str], stdin: &str) -> Output {
         .arg("audit")
         .args(args)
         .env_remove("SNOWFLAKE_EPOCH_MS")
+        .env_remove("SNOWFLAKE_LAYOUT")
         .env_remove("SNOWFLAKE_AUDIT_TEMP_DIR")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -169,6 +170,56 @@ fn invalid_and_overlong_lines_exit_1_with_their_line_numbers() {
     );
     assert_eq!(status(&out), 1);
     assert_eq!(json(&out)["invalid"], 1);
+}
+
+#[test]
+fn ids_are_read_with_the_layouts_widths_and_none_above_its_largest() {
+    let js = |ms: u64, datacenter: u64, worker: u64, sequence: u64| {
+        snowflake_core::Layout::JS_SAFE
+            .encode(ms, datacenter, worker, sequence)
+            .unwrap()
+            .as_u64()
+    };
+    let text = format!(
+        "{}\n{}\n{}\n9007199254740992\n{{\"ids\":[\"{}\",\"9223372036854775807\"]}}\n",
+        js(T, 3, 15, 0),
+        js(T, 3, 15, 63),
+        js(T + 9, 1, 2, 0),
+        js(T, 0, 0, 0),
+    );
+    let out = audit(&["--json", "--layout", "js-safe"], &text);
+    assert_eq!(status(&out), 1, "{}", String::from_utf8_lossy(&out.stderr));
+    let report = json(&out);
+    assert_eq!((&report["ids"], &report["invalid"]), (&3.into(), &2.into()));
+    assert_eq!(
+        report["invalid_examples"][0]["reason"],
+        "invalid id: expected a decimal 0..=9007199254740991, found \"9007199254740992\""
+    );
+    assert_eq!(
+        report["invalid_examples"][1]["reason"],
+        "invalid id: expected 0..=9007199254740991, found 9223372036854775807"
+    );
+    // Per node with js-safe's widths: (1, 2) and (3, 15).
+    assert_eq!(
+        (
+            &report["nodes"][0]["datacenter_id"],
+            &report["nodes"][0]["worker_id"]
+        ),
+        (&1.into(), &2.into())
+    );
+    assert_eq!(
+        (
+            &report["nodes"][1]["datacenter_id"],
+            &report["nodes"][1]["worker_id"]
+        ),
+        (&3.into(), &15.into())
+    );
+    assert_eq!(report["nodes"][1]["ids"], 2);
+    assert_eq!(report["time_range"]["last_ms"], T + 9);
+    // A bad layout is a usage error.
+    let out = audit(&["--layout", "js"], "1\n");
+    assert_eq!(status(&out), 2);
+    assert!(out.stdout.is_empty());
 }
 
 #[test]

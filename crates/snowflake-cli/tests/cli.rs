@@ -6,6 +6,7 @@ use predicates::prelude::*;
 fn snowflake() -> Command {
     let mut cmd = Command::cargo_bin("snowflake").unwrap();
     cmd.env_remove("SNOWFLAKE_EPOCH_MS");
+    cmd.env_remove("SNOWFLAKE_LAYOUT");
     cmd
 }
 
@@ -260,7 +261,7 @@ fn bad_input_is_one_line_on_stderr_and_nothing_on_stdout() {
 
 #[test]
 fn every_subcommand_has_help() {
-    for sub in ["encode", "decode", "next", "layout"] {
+    for sub in ["encode", "decode", "next", "layout", "range"] {
         snowflake()
             .args([sub, "--help"])
             .assert()
@@ -273,4 +274,245 @@ fn every_subcommand_has_help() {
         .success()
         .stdout(predicate::str::contains("encode"));
     snowflake().arg("--version").assert().success();
+}
+
+/// stdout of a successful run.
+fn stdout_of(args: &[&str]) -> String {
+    let output = snowflake().args(args).output().unwrap();
+    assert!(
+        output.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout).unwrap()
+}
+
+#[test]
+fn layout_shows_js_safe_and_custom_widths() {
+    let text = stdout_of(&["--layout", "js-safe", "layout"]);
+    for line in [
+        "name: js-safe\n",
+        "bits: timestamp 41 / datacenter 2 / worker 4 / sequence 6\n",
+        "shifts: timestamp 12 / datacenter 10 / worker 6\n",
+        "max_id: 9007199254740991\n",
+        "ids_fit_js_number: true\n",
+        "rollover: 2080-07-10T17:30:30.208Z\n",
+        "nodes: 64\n",
+        "max_ids_per_second_per_node: 64000\n",
+    ] {
+        assert!(text.contains(line), "{line:?} not in {text}");
+    }
+    // The default is exactly Twitter's, with its name.
+    let text = stdout_of(&["layout"]);
+    assert!(text.starts_with("name: twitter\n"), "{text}");
+    assert!(text.contains("max_id: 9223372036854775807\n"));
+    assert!(text.contains("shifts: timestamp 22 / datacenter 17 / worker 12\n"));
+    // --json, with the widths' record and the derived facts; the environment variable works.
+    let json: serde_json::Value = serde_json::from_str(
+        &String::from_utf8(
+            snowflake()
+                .env("SNOWFLAKE_LAYOUT", "custom:40,3,5,10")
+                .args(["layout", "--json"])
+                .output()
+                .unwrap()
+                .stdout,
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(json["name"], "custom:40,3,5,10");
+    assert_eq!(json["max_id"], ((1u64 << 58) - 1).to_string());
+    assert_eq!(json["nodes"], 256);
+    assert_eq!(json["max_ids_per_second_per_node"], 1_024_000);
+    assert_eq!(json["timestamp_shift"], 18);
+    assert_eq!(json["ids_fit_js_number"], false);
+}
+
+#[test]
+fn layout_warns_when_fewer_than_ten_years_are_left() {
+    // 38 timestamp bits (about 8.7 years) from an epoch a year ago.
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    let epoch = (now_ms - 365 * 86_400_000).to_string();
+    let output = snowflake()
+        .args([
+            "--layout",
+            "custom:38,5,5,12",
+            "--epoch-ms",
+            &epoch,
+            "layout",
+        ])
+        .output()
+        .unwrap();
+    assert!(output.status.success());
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert!(
+        stderr.starts_with("warning: the layout's timestamp runs out at ")
+            && stderr.contains("years from now, fewer than 10"),
+        "{stderr}"
+    );
+    // Twitter's layout has more than 50 years left: no warning.
+    let output = snowflake().arg("layout").output().unwrap();
+    assert!(output.stderr.is_empty());
+}
+
+#[test]
+fn bad_layouts_are_refused_naming_the_rule() {
+    fails_with(
+        &["--layout", "js_safe", "layout"],
+        "--layout (or SNOWFLAKE_LAYOUT): invalid layout: expected twitter, js-safe or \
+         custom:T,D,W,S",
+    );
+    fails_with(
+        &["--layout", "custom:29,5,5,12", "layout"],
+        "invalid layout custom:29,5,5,12: the timestamp needs at least 30 bits",
+    );
+    fails_with(
+        &["--layout", "custom:41,0,0,12", "next"],
+        "the datacenter and worker ids need at least 1 bit together, found 0+0",
+    );
+    // A layout whose last millisecond has passed.
+    fails_with(
+        &["--layout", "custom:30,5,5,12", "--epoch-ms", "0", "layout"],
+        "invalid layout: custom:30,5,5,12 with epoch 0 ran out at 1970-01-13T10:15:41.823Z",
+    );
+}
+
+#[test]
+fn encode_decode_and_next_follow_the_layout() {
+    // js-safe: the encoded ID is the fields side by side in 53 bits.
+    let id = stdout_of(&[
+        "--layout",
+        "js-safe",
+        "encode",
+        "--timestamp-ms",
+        "1700000000000",
+        "--datacenter-id",
+        "3",
+        "--worker-id",
+        "15",
+        "--sequence",
+        "63",
+    ]);
+    let expected = ((1_700_000_000_000u64 - 1_288_834_974_657) << 12) | (3 << 10) | (15 << 6) | 63;
+    assert_eq!(id, format!("{expected}\n"));
+    assert_eq!(
+        stdout_of(&["--layout", "js-safe", "decode", "--json", id.trim()]),
+        format!(
+            "{{\"id\":\"{expected}\",\"timestamp_ms\":1700000000000,\"time\":\
+             \"2023-11-14T22:13:20.000Z\",\"datacenter_id\":3,\"worker_id\":15,\"sequence\":63}}\n"
+        )
+    );
+    for (field, value, range) in [
+        ("--datacenter-id", "4", "expected 0..=3, found 4"),
+        ("--worker-id", "16", "expected 0..=15, found 16"),
+        ("--sequence", "64", "expected 0..=63, found 64"),
+    ] {
+        let mut args = vec![
+            "--layout",
+            "js-safe",
+            "encode",
+            "--timestamp-ms",
+            "1700000000000",
+            "--datacenter-id",
+            "0",
+            "--worker-id",
+            "0",
+            "--sequence",
+            "0",
+        ];
+        let at = args.iter().position(|a| *a == field).unwrap();
+        args[at + 1] = value;
+        fails_with(&args, range);
+    }
+    // Decode refuses an ID above the layout's largest, printing nothing.
+    fails_with(
+        &["--layout", "js-safe", "decode", "1", "9007199254740992"],
+        "invalid snowflake id: expected 0..=9007199254740991, found 9007199254740992",
+    );
+    // next: 1000 IDs of one js-safe node, increasing, within 53 bits, across milliseconds.
+    let text = stdout_of(&[
+        "--layout",
+        "js-safe",
+        "next",
+        "-n",
+        "1000",
+        "--datacenter-id",
+        "2",
+        "--worker-id",
+        "9",
+    ]);
+    let ids: Vec<u64> = text.lines().map(|l| l.parse().unwrap()).collect();
+    assert_eq!(ids.len(), 1000);
+    assert!(ids.windows(2).all(|w| w[0] < w[1]));
+    assert!(
+        ids.iter()
+            .all(|&id| id < 1 << 53 && (id >> 6) & 0x3F == (2 << 4) | 9)
+    );
+    fails_with(
+        &["--layout", "js-safe", "next", "--worker-id", "16"],
+        "invalid worker id: expected 0..=15, found 16",
+    );
+}
+
+#[test]
+fn range_prints_the_ids_of_a_time_window() {
+    assert_eq!(
+        stdout_of(&["range", "--from", "1700000000000", "--to", "1700000000999"]),
+        "min_id: 1724551110456246272\nmax_id: 1724551114650550271\n"
+    );
+    assert_eq!(
+        stdout_of(&[
+            "range",
+            "--from",
+            "2023-11-14T22:13:20Z",
+            "--to",
+            "2023-11-14T23:13:20.999+01:00",
+            "--json"
+        ]),
+        "{\"min_id\":\"1724551110456246272\",\"max_id\":\"1724551114650550271\"}\n"
+    );
+    let js = stdout_of(&[
+        "--layout",
+        "js-safe",
+        "range",
+        "--from",
+        "1700000000000",
+        "--to",
+        "1700000000000",
+    ]);
+    let lo = (1_700_000_000_000u64 - 1_288_834_974_657) << 12;
+    assert_eq!(js, format!("min_id: {lo}\nmax_id: {}\n", lo + 4095));
+    fails_with(
+        &["range", "--from", "1700000000001", "--to", "1700000000000"],
+        "invalid range: from 1700000000001 is after to 1700000000000 (unix ms)",
+    );
+    fails_with(
+        &["range", "--from", "5", "--to", "1700000000000"],
+        "invalid from (unix ms): expected 1288834974657..=3487858230208, found 5",
+    );
+    fails_with(
+        &["range", "--from", "1700000000000", "--to", "someday"],
+        "invalid to: expected unix milliseconds or an RFC 3339 time",
+    );
+}
+
+#[test]
+fn serve_runs_twitter_only_for_now() {
+    let output = snowflake()
+        .env("SNOWFLAKE_LAYOUT", "js-safe")
+        .args(["serve", "--http-addr", "127.0.0.1:0"])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    assert!(output.stdout.is_empty());
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert!(
+        stderr.starts_with(
+            "error: --layout (or SNOWFLAKE_LAYOUT) js-safe: serve runs the twitter layout only"
+        ),
+        "{stderr}"
+    );
 }

@@ -482,3 +482,22 @@ fn next_endpoints_speaks_mutual_tls() {
         .is_mutual()
     );
 }
+
+/// `next --endpoints` with a layout given: the services' own (from GetInfo) must be it.
+#[test]
+fn next_endpoints_refuses_services_of_another_layout_than_the_one_given() {
+    let dir = temp_dir();
+    let real = node(dir.path(), 0, 4, &[]);
+    let endpoint = grpc(&real).to_string();
+    let (code, stdout, stderr, _) = next(&["--endpoints", &endpoint, "--layout", "twitter"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(stdout.lines().count(), 1);
+    let (code, stdout, stderr, _) = next(&["--endpoints", &endpoint, "--layout", "js-safe"]);
+    assert_eq!(code, 1, "{stderr}");
+    assert_eq!(stdout, "");
+    assert_eq!(
+        stderr.trim_end(),
+        "error: the services run the layout twitter with epoch 1288834974657, not js-safe with \
+         epoch 1288834974657 as given"
+    );
+}

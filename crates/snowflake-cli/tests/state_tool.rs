@@ -103,6 +103,53 @@ fn state_show_prints_the_local_marks_in_text_and_json() {
     assert_refused(&refused, "--datacenter-id and --worker-id");
 }
 
+#[test]
+fn state_tools_check_the_pair_against_the_layout() {
+    let dir = temp_dir();
+    let state = dir.path().to_str().unwrap();
+    let shown = |layout: &str, datacenter: &str, worker: &str| {
+        snowflake(&[
+            "--layout",
+            layout,
+            "state",
+            "show",
+            "--state-dir",
+            state,
+            "--datacenter-id",
+            datacenter,
+            "--worker-id",
+            worker,
+        ])
+    };
+    // js-safe has 4 datacenters of 16 workers: (4, 0) and (0, 16) are no pairs of it.
+    assert_refused(
+        &shown("js-safe", "4", "0"),
+        "invalid --datacenter-id: invalid datacenter id: expected 0..=3, found 4",
+    );
+    assert_refused(
+        &shown("js-safe", "0", "16"),
+        "invalid --worker-id: invalid worker id: expected 0..=15, found 16",
+    );
+    assert_status(&shown("js-safe", "3", "15"), 0);
+    assert_status(&shown("twitter", "31", "31"), 0);
+    let lower = snowflake(&[
+        "--layout",
+        "js-safe",
+        "state",
+        "lower-mark",
+        "--state-dir",
+        state,
+        "--datacenter-id",
+        "5",
+        "--worker-id",
+        "0",
+        "--to",
+        "1",
+        "--yes",
+    ]);
+    assert_refused(&lower, "expected 0..=3, found 5");
+}
+
 /// `state show` with the process's wall clock offset by libfaketime (`FAKETIME=+2d`), the boot
 /// clock left real: as after a clock step while the node was down.
 fn snowflake_with_clock(offset: &str, args: &[&str]) -> Output {

@@ -188,7 +188,13 @@ impl TryFrom<&BenchArgs> for BenchConfig {
 /// finished at all (the report is still printed), and 0 otherwise. Ctrl-C ends the run early
 /// and reports what was measured.
 pub fn run_cli(args: BenchArgs) -> ExitCode {
-    let config = match BenchConfig::try_from(&args) {
+    run_cli_with_layout(args, snowflake_core::Layout::TWITTER)
+}
+
+/// [`run_cli`] against a service of another layout (the global `--layout`): IDs above its
+/// largest are bad responses.
+pub fn run_cli_with_layout(args: BenchArgs, layout: snowflake_core::Layout) -> ExitCode {
+    let config = match BenchConfig::try_from(&args).map(|c| c.with_layout(layout)) {
         Ok(config) => config,
         Err(err) => {
             eprintln!("error: {err}");

@@ -126,6 +126,8 @@ pub struct BenchConfig {
     stream: bool,
     /// TLS to the service (HTTPS, gRPC over TLS).
     tls: Option<crate::tls::BenchTls>,
+    /// The largest valid ID: the service's layout's (an answer with a larger one is bad).
+    max_id: u64,
 }
 
 impl BenchConfig {
@@ -204,6 +206,17 @@ impl BenchConfig {
     pub fn tls(&self) -> Option<&crate::tls::BenchTls> {
         self.tls.as_ref()
     }
+
+    /// This configuration against a service of `layout`.
+    pub fn with_layout(mut self, layout: snowflake_core::Layout) -> BenchConfig {
+        self.max_id = layout.max_id().as_u64();
+        self
+    }
+
+    /// The largest ID an answer may hold: the layout's (see [`BenchConfigBuilder::layout`]).
+    pub fn max_id(&self) -> u64 {
+        self.max_id
+    }
 }
 
 /// Collects benchmark settings; [`build`](BenchConfigBuilder::build) validates them all.
@@ -235,6 +248,8 @@ pub struct BenchConfigBuilder {
     stream: bool,
     /// See [`BenchConfig::tls`].
     tls: Option<crate::tls::BenchTls>,
+    /// See [`BenchConfig::max_id`].
+    max_id: u64,
 }
 
 impl Default for BenchConfigBuilder {
@@ -253,6 +268,7 @@ impl Default for BenchConfigBuilder {
             rate: None,
             stream: false,
             tls: None,
+            max_id: snowflake_core::SnowflakeId::MAX.as_u64(),
         }
     }
 }
@@ -348,6 +364,13 @@ impl BenchConfigBuilder {
     /// omission corrected, as `wrk2` does). `None` clears it.
     pub fn rate(mut self, rate: impl Into<Option<u64>>) -> Self {
         self.rate = rate.into();
+        self
+    }
+
+    /// The service's layout (default: Twitter's): every answered ID must be at most its
+    /// largest, or the answer counts as a bad response.
+    pub fn layout(mut self, layout: snowflake_core::Layout) -> Self {
+        self.max_id = layout.max_id().as_u64();
         self
     }
 
@@ -458,6 +481,7 @@ impl BenchConfigBuilder {
             rate: self.rate,
             stream: self.stream,
             tls: self.tls,
+            max_id: self.max_id,
         })
     }
 }

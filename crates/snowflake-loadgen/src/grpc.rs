@@ -42,6 +42,8 @@ pub(crate) struct GrpcClient {
     message_limit: usize,
     /// gRPC over TLS.
     tls: Option<tonic::transport::ClientTlsConfig>,
+    /// The largest valid ID (the layout's).
+    max_id: i64,
 }
 
 impl GrpcClient {
@@ -71,6 +73,7 @@ impl GrpcClient {
             tls: config
                 .tls()
                 .map(|tls| tls.tonic_config(crate::tls::host(config.addr()))),
+            max_id: i64::try_from(config.max_id()).unwrap_or(i64::MAX),
         }
     }
 
@@ -131,7 +134,7 @@ impl Client for GrpcClient {
                         .map_err(|status| status_failure(&status))?
                         .into_inner()
                         .id;
-                    check(&[id], 1)
+                    check(&[id], 1, self.max_id)
                 }
                 Call::Many(count) => {
                     let ids = connection
@@ -140,7 +143,7 @@ impl Client for GrpcClient {
                         .map_err(|status| status_failure(&status))?
                         .into_inner()
                         .ids;
-                    check(&ids, count)
+                    check(&ids, count, self.max_id)
                 }
                 Call::Stream { count, chunk_size } => {
                     let mut stream = connection
@@ -159,7 +162,8 @@ impl Client for GrpcClient {
                         .map_err(|status| status_failure(&status))?
                     {
                         received += message.ids.len() as u64;
-                        valid &= !message.ids.is_empty() && message.ids.iter().all(|&id| id > 0);
+                        valid &= !message.ids.is_empty()
+                            && message.ids.iter().all(|&id| id > 0 && id <= self.max_id);
                     }
                     if valid && received == u64::from(count) {
                         Ok(received)
@@ -177,9 +181,9 @@ impl Client for GrpcClient {
     }
 }
 
-/// The number of IDs if `ids` holds exactly `expected` positive IDs.
-fn check(ids: &[i64], expected: u32) -> Result<u64, Failure> {
-    if ids.len() == expected as usize && ids.iter().all(|&id| id > 0) {
+/// The number of IDs if `ids` holds exactly `expected` positive IDs, none above `max_id`.
+fn check(ids: &[i64], expected: u32, max_id: i64) -> Result<u64, Failure> {
+    if ids.len() == expected as usize && ids.iter().all(|&id| id > 0 && id <= max_id) {
         Ok(u64::from(expected))
     } else {
         Err(bad_response())
@@ -278,9 +282,13 @@ mod tests {
 
     #[test]
     fn answers_need_the_right_number_of_positive_ids() {
-        assert_eq!(check(&[1, 2, 3], 3).unwrap(), 3);
-        assert!(check(&[1, 2], 3).is_err());
-        assert!(check(&[1, 0, 3], 3).is_err());
-        assert!(check(&[1, -2, 3], 3).is_err());
+        assert_eq!(check(&[1, 2, 3], 3, i64::MAX).unwrap(), 3);
+        assert!(check(&[1, 2], 3, i64::MAX).is_err());
+        assert!(check(&[1, 0, 3], 3, i64::MAX).is_err());
+        assert!(check(&[1, -2, 3], 3, i64::MAX).is_err());
+        // Above the layout's largest ID (js-safe's 2^53 - 1).
+        let js = (1 << 53) - 1;
+        assert_eq!(check(&[1, js], 2, js).unwrap(), 2);
+        assert!(check(&[1, js + 1], 2, js).is_err());
     }
 }

@@ -41,6 +41,8 @@ pub(crate) struct HttpClient {
     body_limit: usize,
     /// HTTPS: the connector and the server name to verify.
     tls: Option<Https>,
+    /// The largest valid ID (the layout's).
+    max_id: u64,
 }
 
 /// What an HTTPS connection starts from.
@@ -83,6 +85,7 @@ impl HttpClient {
                 let name = crate::tls::server_name(config.addr()).ok()?;
                 Some(Https(tokio_rustls::TlsConnector::from(connector), name))
             }),
+            max_id: config.max_id(),
         }
     }
 }
@@ -178,7 +181,7 @@ impl Client for HttpClient {
                     status.as_u16()
                 ))));
             }
-            match count_ids(&body, self.batch) {
+            match count_ids(&body, self.batch, self.max_id) {
                 Some(count) if count == u64::from(self.batch) => Ok(count),
                 _ => Err(Failure::kept(Cow::Borrowed("bad_response"))),
             }
@@ -235,7 +238,7 @@ fn io_kind(err: &(dyn std::error::Error + 'static)) -> &'static str {
 
 /// The number of IDs in a valid answer: `{"id":"<decimal>"}` for a batch of 1,
 /// `{"ids":["<decimal>",...]}` otherwise; `None` for anything else.
-fn count_ids(body: &[u8], batch: u32) -> Option<u64> {
+fn count_ids(body: &[u8], batch: u32, max_id: u64) -> Option<u64> {
     if batch == 1 {
         #[derive(Deserialize)]
         struct One<'a> {
@@ -243,33 +246,62 @@ fn count_ids(body: &[u8], batch: u32) -> Option<u64> {
             id: &'a str,
         }
         let one: One<'_> = serde_json::from_slice(body).ok()?;
-        is_id(one.id).then_some(1)
+        is_id(one.id, max_id).then_some(1)
     } else {
-        #[derive(Deserialize)]
-        struct Many {
-            ids: IdCount,
-        }
-        let many: Many = serde_json::from_slice(body).ok()?;
-        Some(many.ids.0)
+        let mut deserializer = serde_json::Deserializer::from_slice(body);
+        let count = deserializer.deserialize_map(IdsObject(max_id)).ok()?;
+        deserializer.end().ok()?;
+        Some(count)
     }
 }
 
-/// Whether `text` is a Snowflake ID in decimal.
-fn is_id(text: &str) -> bool {
-    text.bytes().all(|b| b.is_ascii_digit()) && text.parse::<SnowflakeId>().is_ok()
+/// Whether `text` is a Snowflake ID in decimal, at most `max_id`.
+fn is_id(text: &str, max_id: u64) -> bool {
+    text.bytes().all(|b| b.is_ascii_digit())
+        && text
+            .parse::<SnowflakeId>()
+            .is_ok_and(|id| id.as_u64() <= max_id)
 }
 
 /// A JSON array of decimal ID strings, counted without being collected.
 struct IdCount(u64);
 
-impl<'de> Deserialize<'de> for IdCount {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<IdCount, D::Error> {
-        deserializer.deserialize_seq(IdCountVisitor)
+/// `{"ids":[…]}` (other fields ignored): its array counted, each ID at most the largest it
+/// holds.
+struct IdsObject(u64);
+
+impl<'de> Visitor<'de> for IdsObject {
+    type Value = u64;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("an object with an \"ids\" array")
+    }
+
+    fn visit_map<A: de::MapAccess<'de>>(self, mut map: A) -> Result<u64, A::Error> {
+        let mut count = None;
+        while let Some(key) = map.next_key::<&'de str>()? {
+            if key != "ids" {
+                map.next_value::<de::IgnoredAny>()?;
+            } else if count.is_some() {
+                return Err(de::Error::duplicate_field("ids"));
+            } else {
+                count = Some(map.next_value_seed(IdCountVisitor(self.0))?.0);
+            }
+        }
+        count.ok_or_else(|| de::Error::missing_field("ids"))
     }
 }
 
-/// Counts and checks the elements of an ID array.
-struct IdCountVisitor;
+impl<'de> de::DeserializeSeed<'de> for IdCountVisitor {
+    type Value = IdCount;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<IdCount, D::Error> {
+        deserializer.deserialize_seq(self)
+    }
+}
+
+/// Counts and checks the elements of an ID array (each at most the largest ID it holds).
+struct IdCountVisitor(u64);
 
 impl<'de> Visitor<'de> for IdCountVisitor {
     type Value = IdCount;
@@ -281,11 +313,37 @@ impl<'de> Visitor<'de> for IdCountVisitor {
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<IdCount, A::Error> {
         let mut count = 0_u64;
         while let Some(id) = seq.next_element::<&'de str>()? {
-            if !is_id(id) {
+            if !is_id(id, self.0) {
                 return Err(de::Error::invalid_value(de::Unexpected::Str(id), &self));
             }
             count += 1;
         }
         Ok(IdCount(count))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn answers_are_counted_and_checked_against_the_layouts_largest_id() {
+        let max = SnowflakeId::MAX.as_u64();
+        let js = (1u64 << 53) - 1;
+        assert_eq!(count_ids(br#"{"id":"5"}"#, 1, max), Some(1));
+        assert_eq!(count_ids(br#"{"id":"9007199254740992"}"#, 1, js), None);
+        assert_eq!(count_ids(br#"{"ids":["1","2","3"]}"#, 3, max), Some(3));
+        assert_eq!(
+            count_ids(br#"{"x":1,"ids":["1","9007199254740991"]}"#, 2, js),
+            Some(2)
+        );
+        assert_eq!(
+            count_ids(br#"{"ids":["1","9007199254740992"]}"#, 2, js),
+            None
+        );
+        assert_eq!(count_ids(br#"{"ids":["1"],"ids":["2"]}"#, 1, max), None);
+        assert_eq!(count_ids(br#"{"ids":["1"]} x"#, 1, max), None);
+        assert_eq!(count_ids(br#"{"ids":[1]}"#, 1, max), None);
+        assert_eq!(count_ids(br#"{}"#, 2, max), None);
     }
 }

@@ -57,7 +57,7 @@ mod stats;
 mod thrift;
 mod tls;
 
-pub use cli::{BenchArgs, run_cli};
+pub use cli::{BenchArgs, run_cli, run_cli_with_layout};
 pub use config::{
     BenchConfig, BenchConfigBuilder, DEFAULT_ADDR, DEFAULT_CONNECTIONS, DEFAULT_DURATION,
     DEFAULT_GRPC_ADDR, DEFAULT_THRIFT_ADDR, DEFAULT_TIMEOUT, MAX_BATCH, MAX_CONNECTIONS,

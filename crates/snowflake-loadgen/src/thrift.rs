@@ -35,6 +35,8 @@ pub(crate) struct ThriftClient {
     addrs: Vec<SocketAddr>,
     /// How long a connection attempt or a request may take.
     timeout: Duration,
+    /// The largest valid ID (the layout's).
+    max_id: i64,
 }
 
 impl ThriftClient {
@@ -43,6 +45,7 @@ impl ThriftClient {
         ThriftClient {
             addrs,
             timeout: config.timeout(),
+            max_id: i64::try_from(config.max_id()).unwrap_or(i64::MAX),
         }
     }
 }
@@ -107,7 +110,10 @@ impl Client for ThriftClient {
                 .read_exact(&mut connection.reply)
                 .await
                 .map_err(|err| io_failure(&err))?;
-            decode_get_id_reply(&connection.reply, seq).map(|_| 1)
+            match decode_get_id_reply(&connection.reply, seq)? {
+                id if id <= self.max_id => Ok(1),
+                _ => Err(Failure::kept(Cow::Borrowed("bad_response"))),
+            }
         };
         tokio::time::timeout(self.timeout, exchange)
             .await
