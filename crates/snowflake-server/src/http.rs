@@ -312,8 +312,8 @@ enum Format {
 
 impl Format {
     /// The `format` query parameter of `query`, checked against the node's layout before any ID
-    /// is issued.
-    fn of(node: &Node, query: Option<&str>) -> Result<Format, Response> {
+    /// is issued; the error is a 400's message.
+    fn of(node: &Node, query: Option<&str>) -> Result<Format, String> {
         let given = query
             .unwrap_or("")
             .split('&')
@@ -323,24 +323,19 @@ impl Format {
             Some("number") if node.layout().ids_fit_js_number() => Ok(Format::Number),
             Some("number") => {
                 let layout = node.layout();
-                Err(error(
-                    StatusCode::BAD_REQUEST,
-                    &format!(
-                        "format=number needs a layout whose ids all fit a JavaScript number (at \
-                         most {}), and this node's layout {} has ids up to {}; read the ids as \
-                         strings (format=string, the default), or run a fleet under --layout \
-                         js-safe",
-                        snowflake_core::MAX_SAFE_INTEGER,
-                        layout.name(),
-                        layout.max_id()
-                    ),
+                Err(format!(
+                    "format=number needs a layout whose ids all fit a JavaScript number (at most \
+                     {}), and this node's layout {} has ids up to {}; read the ids as strings \
+                     (format=string, the default), or run a fleet under --layout js-safe",
+                    snowflake_core::MAX_SAFE_INTEGER,
+                    layout.name(),
+                    layout.max_id()
                 ))
             }
             Some(other) => {
                 let shown: String = other.chars().take(40).collect();
-                Err(error(
-                    StatusCode::BAD_REQUEST,
-                    &format!("invalid format: expected string or number, found {shown:?}"),
+                Err(format!(
+                    "invalid format: expected string or number, found {shown:?}"
                 ))
             }
         }
@@ -361,7 +356,7 @@ async fn next_id(node: &Node, headers: &HeaderMap, query: Option<&str>) -> Respo
         None => Format::String,
         Some(_) => match Format::of(node, query) {
             Ok(format) => format,
-            Err(response) => return response,
+            Err(message) => return error(StatusCode::BAD_REQUEST, &message),
         },
     };
     match node.issue(Protocol::Http, 1).await {
@@ -410,7 +405,7 @@ async fn next_ids(node: &Node, query: Option<&str>) -> Response {
     };
     let format = match Format::of(node, query) {
         Ok(format) => format,
-        Err(response) => return response,
+        Err(message) => return error(StatusCode::BAD_REQUEST, &message),
     };
     match node.issue(Protocol::Http, count).await {
         // More than a millisecond's worth: formatted as hyper sends it, a chunk at a time, so
