@@ -516,3 +516,30 @@ fn serve_runs_twitter_only_for_now() {
         "{stderr}"
     );
 }
+
+/// `snowflake bench --layout`: every answered ID is checked against the layout's largest, so a
+/// Twitter node's IDs are bad responses for a js-safe bench, and good ones for a Twitter bench.
+#[test]
+fn bench_checks_ids_against_the_layout() {
+    let dir = crate::support::temp_dir();
+    let server = crate::support::Serve::new(dir.path()).start();
+    let bench = |layout: &str| {
+        let out = std::process::Command::new(crate::support::binary())
+            .args(["--layout", layout, "bench", "--addr"])
+            .arg(server.addr().to_string())
+            .args(["-c", "1", "--requests", "20", "--json", "--no-progress"])
+            .output()
+            .unwrap();
+        let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+            panic!("{e}: {}", String::from_utf8_lossy(&out.stderr));
+        });
+        (out.status.code(), report)
+    };
+    let (code, report) = bench("twitter");
+    assert_eq!(code, Some(0), "{report}");
+    assert_eq!(report["errors_total"], 0, "{report}");
+    let (code, report) = bench("js-safe");
+    assert_eq!(code, Some(1), "{report}");
+    assert_eq!(report["errors"]["bad_response"], 20, "{report}");
+    crate::support::assert_exit(&server.stop_with("TERM"), 0);
+}

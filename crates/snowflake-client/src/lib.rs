@@ -42,21 +42,26 @@
 
 #![deny(missing_docs)]
 
+mod attempt;
 mod endpoint;
+mod events;
 mod layout;
 mod prefetch;
 mod tls;
 
+pub use events::{Event, Stats};
 pub use prefetch::Prefetch;
 pub use snowflake_core::{IdRange, Layout, SnowflakeId};
 pub use tls::Tls;
 
+use attempt::{Failure, checked, describe, no_answer, retry_after};
 use endpoint::{Backoff, Node};
+use events::{Counters, Observer};
 use snowflake_proto::v1::snowflake_client::SnowflakeClient;
 use snowflake_proto::v1::{GetInfoRequest, NextIdRequest, NextIdsRequest, RangeRequest};
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, OnceLock, Weak};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 use tokio::sync::Notify;
 use tonic::transport::Channel;
@@ -106,65 +111,6 @@ pub struct Batch {
     /// The node's address, as given.
     pub address: String,
 }
-
-/// Counters since the client was built ([`Client::stats`]).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct Stats {
-    /// IDs handed out from the prefetch buffer.
-    pub served_from_buffer: u64,
-    /// IDs handed out straight from a call (no prefetch, a miss, or `next_ids`).
-    pub served_direct: u64,
-    /// Successful calls to a node.
-    pub fetches: u64,
-    /// IDs received from nodes.
-    pub fetched_ids: u64,
-    /// Attempts that failed and moved on to another node (or waited for one).
-    pub failovers: u64,
-    /// Prefetched IDs dropped because they were older than `max_age` (or buffered at close).
-    pub discarded: u64,
-    /// `next_id` calls that found the prefetch buffer empty and waited for a fetch.
-    pub buffer_misses: u64,
-    /// IDs in the prefetch buffer now.
-    pub buffered: u64,
-}
-
-/// What the client saw, for an application's own metrics or logs
-/// ([`ClientBuilder::on_event`]). Called on the task that saw it: keep it quick.
-#[derive(Debug, Clone, Copy)]
-#[non_exhaustive]
-pub enum Event<'a> {
-    /// A node answered `ids` IDs in `elapsed`.
-    Fetched {
-        /// The node, as given to the builder.
-        endpoint: &'a str,
-        /// How many IDs.
-        ids: u64,
-        /// The call's duration.
-        elapsed: Duration,
-    },
-    /// A node failed; it is skipped for `retry_in`.
-    Failover {
-        /// The node.
-        endpoint: &'a str,
-        /// Why.
-        error: &'a str,
-        /// How long it is skipped.
-        retry_in: Duration,
-    },
-    /// A node that had failed answered again.
-    EndpointBack {
-        /// The node.
-        endpoint: &'a str,
-    },
-    /// Prefetched IDs were dropped as stale (or at close).
-    Discarded {
-        /// How many.
-        ids: u64,
-    },
-}
-
-type Observer = Arc<dyn Fn(&Event<'_>) + Send + Sync>;
 
 /// Builds a [`Client`].
 #[derive(Clone)]
@@ -303,7 +249,7 @@ impl ClientBuilder {
             filling: tokio::sync::Mutex::new(()),
         });
         if inner.buffer.is_some() {
-            tokio::spawn(refill(Arc::downgrade(&inner), wake));
+            tokio::spawn(prefetch::refill(Arc::downgrade(&inner), wake));
         }
         Ok(Client { inner })
     }
@@ -323,17 +269,6 @@ impl std::fmt::Debug for Client {
             .field("prefetch", &self.inner.buffer.as_ref().map(|b| b.settings))
             .finish_non_exhaustive()
     }
-}
-
-#[derive(Debug, Default)]
-struct Counters {
-    served_from_buffer: AtomicU64,
-    served_direct: AtomicU64,
-    fetches: AtomicU64,
-    fetched_ids: AtomicU64,
-    failovers: AtomicU64,
-    discarded: AtomicU64,
-    buffer_misses: AtomicU64,
 }
 
 struct Inner {
@@ -784,175 +719,9 @@ impl Inner {
     }
 }
 
-/// Why one attempt at one node failed.
-enum Failure {
-    /// The call's status.
-    Status(tonic::Status),
-    /// An answer the client cannot use (an ID outside the layout, another layout).
-    Invalid(String),
-}
-
-/// IDs as a node sent them, checked against its layout (see [`layout::checked_ids`]).
-fn checked(raw: Vec<i64>, layout: &Layout) -> Result<(Vec<SnowflakeId>, u64), String> {
-    let ids = layout::checked_ids(&raw, layout)?;
-    let n = ids.len() as u64;
-    Ok((ids, n))
-}
-
-fn no_answer(deadline: Duration) -> String {
-    format!("no answer within {} ms", deadline.as_millis())
-}
-
-/// A failed call's status as one line.
-fn describe(status: &tonic::Status) -> String {
-    let mut line = format!("{:?}", status.code());
-    if !status.message().is_empty() {
-        line.push_str(": ");
-        line.push_str(status.message());
-    }
-    // A transport failure's causes ("tcp connect error" says little; "Connection refused"
-    // says what to do).
-    let mut source = std::error::Error::source(status);
-    let mut depth = 0;
-    while let Some(cause) = source {
-        let text = cause.to_string();
-        if !line.contains(&text) {
-            line.push_str(": ");
-            line.push_str(&text);
-        }
-        source = cause.source();
-        depth += 1;
-        if depth == 8 {
-            break;
-        }
-    }
-    line
-}
-
-/// The node's `retry-after` (whole seconds), if it sent one.
-fn retry_after(status: &tonic::Status) -> Option<Duration> {
-    let value = status.metadata().get("retry-after")?.to_str().ok()?;
-    value
-        .trim()
-        .parse::<u64>()
-        .ok()
-        .map(|s| Duration::from_secs(s.min(3600)))
-}
-
-/// The background refill: woken when the buffer falls below its low-water mark (and on a
-/// tick, to follow the rate and drop stale IDs), it resizes the buffer from the observed rate
-/// and fetches up to the target. It ends when the client is closed or dropped.
-async fn refill(client: Weak<Inner>, wake: Arc<Notify>) {
-    let mut last_taken = 0u64;
-    let mut last_at = Instant::now();
-    let mut rate = 0.0f64;
-    let mut fetch_time = Duration::from_millis(1);
-    let mut first = true;
-    loop {
-        let tick = match client.upgrade() {
-            Some(inner) => {
-                let max_age = inner
-                    .buffer
-                    .as_ref()
-                    .map_or(Duration::from_secs(1), |b| b.settings.max_age);
-                (max_age / 4).clamp(Duration::from_millis(5), Duration::from_millis(250))
-            }
-            None => return,
-        };
-        // The first round fills the buffer at once, so that the first IDs are local too.
-        let woken = first
-            || tokio::select! {
-                () = wake.notified() => true,
-                () = tokio::time::sleep(tick) => false,
-            };
-        first = false;
-        let Some(inner) = client.upgrade() else {
-            return;
-        };
-        if inner.closed.load(Ordering::Acquire) {
-            return;
-        }
-        let Some(buffer) = &inner.buffer else {
-            return;
-        };
-        buffer.refill_started();
-        let now = Instant::now();
-        let stale = buffer.evict_stale(now);
-        if stale > 0 {
-            inner.discarded(stale);
-        }
-        // The rate IDs are taken at, smoothed over the rounds.
-        let taken = buffer.taken.load(Ordering::Relaxed);
-        let elapsed = now.saturating_duration_since(last_at).as_secs_f64();
-        if elapsed > 0.0 {
-            let recent = (taken - last_taken) as f64 / elapsed;
-            rate = if rate == 0.0 {
-                recent
-            } else {
-                0.5 * rate + 0.5 * recent
-            };
-        }
-        let idle = !woken && taken == last_taken;
-        last_taken = taken;
-        last_at = now;
-        if idle {
-            // Nobody took an ID since the last round: keep what is fresh, fetch nothing (an
-            // idle client would otherwise fetch IDs only to discard them).
-            continue;
-        }
-        buffer.resize(rate, fetch_time, inner.max_ids_per_call);
-        loop {
-            let count = buffer.wanted(inner.max_ids_per_call);
-            if count == 0 || inner.closed.load(Ordering::Acquire) {
-                break;
-            }
-            let _one = inner.filling.lock().await;
-            let born = Instant::now();
-            match inner.fetch(count).await {
-                Ok(ids) => {
-                    let took = born.elapsed();
-                    fetch_time = (fetch_time + took) / 2;
-                    buffer.push(ids.iter().map(|id| id.as_u64()).collect(), born);
-                }
-                // Every node failed for `give_up_after`: the takers see the same when they
-                // find the buffer empty; try again on the next round.
-                Err(_) => break,
-            }
-        }
-        if inner.closed.load(Ordering::Acquire) {
-            let dropped = buffer.clear();
-            if dropped > 0 {
-                inner.discarded(dropped);
-            }
-            return;
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn retry_after_and_status_lines() {
-        let mut status = tonic::Status::unavailable("not ready: waiting for the mark");
-        assert_eq!(
-            describe(&status),
-            "Unavailable: not ready: waiting for the mark"
-        );
-        assert_eq!(retry_after(&status), None);
-        status
-            .metadata_mut()
-            .insert("retry-after", "2".parse().unwrap());
-        assert_eq!(retry_after(&status), Some(Duration::from_secs(2)));
-        assert_eq!(describe(&tonic::Status::cancelled("")), "Cancelled");
-        assert!(checked(vec![1, 2], &Layout::TWITTER).is_ok());
-        assert!(
-            checked(vec![5, -1], &Layout::TWITTER)
-                .unwrap_err()
-                .contains("invalid ID -1")
-        );
-    }
 
     #[tokio::test]
     async fn a_client_with_no_reachable_node_fails_in_time_with_each_reason() {

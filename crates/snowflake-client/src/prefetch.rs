@@ -4,7 +4,9 @@
 use std::collections::VecDeque;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
+use tokio::sync::Notify;
 
 /// Prefetch settings (opt-in, [`crate::ClientBuilder::prefetch`]).
 ///
@@ -235,6 +237,96 @@ impl Buffer {
             self.low_water.load(Ordering::Relaxed),
             self.target.load(Ordering::Relaxed),
         )
+    }
+}
+
+/// The background refill: woken when the buffer falls below its low-water mark (and on a
+/// tick, to follow the rate and drop stale IDs), it resizes the buffer from the observed rate
+/// and fetches up to the target. It ends when the client is closed or dropped.
+pub(crate) async fn refill(client: Weak<crate::Inner>, wake: Arc<Notify>) {
+    let mut last_taken = 0u64;
+    let mut last_at = Instant::now();
+    let mut rate = 0.0f64;
+    let mut fetch_time = Duration::from_millis(1);
+    let mut first = true;
+    loop {
+        let tick = match client.upgrade() {
+            Some(inner) => {
+                let max_age = inner
+                    .buffer
+                    .as_ref()
+                    .map_or(Duration::from_secs(1), |b| b.settings.max_age);
+                (max_age / 4).clamp(Duration::from_millis(5), Duration::from_millis(250))
+            }
+            None => return,
+        };
+        // The first round fills the buffer at once, so that the first IDs are local too.
+        let woken = first
+            || tokio::select! {
+                () = wake.notified() => true,
+                () = tokio::time::sleep(tick) => false,
+            };
+        first = false;
+        let Some(inner) = client.upgrade() else {
+            return;
+        };
+        if inner.closed.load(Ordering::Acquire) {
+            return;
+        }
+        let Some(buffer) = &inner.buffer else {
+            return;
+        };
+        buffer.refill_started();
+        let now = Instant::now();
+        let stale = buffer.evict_stale(now);
+        if stale > 0 {
+            inner.discarded(stale);
+        }
+        // The rate IDs are taken at, smoothed over the rounds.
+        let taken = buffer.taken.load(Ordering::Relaxed);
+        let elapsed = now.saturating_duration_since(last_at).as_secs_f64();
+        if elapsed > 0.0 {
+            let recent = (taken - last_taken) as f64 / elapsed;
+            rate = if rate == 0.0 {
+                recent
+            } else {
+                0.5 * rate + 0.5 * recent
+            };
+        }
+        let idle = !woken && taken == last_taken;
+        last_taken = taken;
+        last_at = now;
+        if idle {
+            // Nobody took an ID since the last round: keep what is fresh, fetch nothing (an
+            // idle client would otherwise fetch IDs only to discard them).
+            continue;
+        }
+        buffer.resize(rate, fetch_time, inner.max_ids_per_call);
+        loop {
+            let count = buffer.wanted(inner.max_ids_per_call);
+            if count == 0 || inner.closed.load(Ordering::Acquire) {
+                break;
+            }
+            let _one = inner.filling.lock().await;
+            let born = Instant::now();
+            match inner.fetch(count).await {
+                Ok(ids) => {
+                    let took = born.elapsed();
+                    fetch_time = (fetch_time + took) / 2;
+                    buffer.push(ids.iter().map(|id| id.as_u64()).collect(), born);
+                }
+                // Every node failed for `give_up_after`: the takers see the same when they
+                // find the buffer empty; try again on the next round.
+                Err(_) => break,
+            }
+        }
+        if inner.closed.load(Ordering::Acquire) {
+            let dropped = buffer.clear();
+            if dropped > 0 {
+                inner.discarded(dropped);
+            }
+            return;
+        }
     }
 }
 

@@ -15,6 +15,7 @@ pub mod clock_trust;
 pub mod config;
 pub mod grpc;
 pub mod http;
+mod json_ids;
 pub mod latency;
 pub mod metrics;
 pub mod node;
