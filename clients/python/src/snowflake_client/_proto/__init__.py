@@ -1,0 +1,2 @@
+"""Messages and stubs generated from proto/snowflake/v1/snowflake.proto by `regen-proto`
+(never edited by hand)."""
