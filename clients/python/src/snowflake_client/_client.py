@@ -9,7 +9,7 @@ import os
 import threading
 import time
 import weakref
-from typing import Any, Callable, Iterable, List, Optional, Set, Tuple, TypeVar, Union
+from typing import Any, Callable, Iterable, List, Optional, Tuple, TypeVar, Union
 
 import grpc
 
@@ -45,8 +45,9 @@ log = logging.getLogger("snowflake_client")
 
 T = TypeVar("T")
 
-#: How long ``fork()`` waits for the client's calls to leave gRPC once cancelled.
-FORK_QUIESCE_SECS = 2.0
+#: The longest ``fork()`` waits for the client's calls in flight to leave gRPC (each ends within
+#: its deadline; past this bound, or the deadline and a second, the fork goes on).
+FORK_QUIESCE_SECS = 10.0
 
 _NEXT_ID = pb.NextIdRequest()
 _GET_INFO = pb.GetInfoRequest()
@@ -72,11 +73,8 @@ class _Process:
         self.gate = threading.Condition(threading.Lock())
         #: Set while this process forks: no new call enters gRPC.
         self.forking = False
-        #: Bumped at each fork: a call cancelled by one is tried again, not held against the node.
-        self.fork_epoch = 0
         #: Calls inside gRPC now.
         self.active = 0
-        self.inflight: Set[grpc.Future] = set()
         #: Set by close(): interrupts waits between attempts.
         self.closed = threading.Event()
         self.buffer: Optional[Buffer] = (
@@ -228,8 +226,6 @@ class Client:
         p.closed.set()
         p.wake.set()
         with p.gate:
-            for call in p.inflight:
-                call.cancel()
             p.gate.notify_all()
         if p.buffer is not None:
             p.buffer.clear()
@@ -272,18 +268,15 @@ class Client:
             return p
 
     def _fork_prepare(self) -> None:
-        """Before ``fork()``: no call of this client is inside gRPC (in-flight calls are
-        cancelled and tried again after the fork), so gRPC's own fork handlers run and the
-        child starts from a quiet gRPC core."""
+        """Before ``fork()``: no call of this client is inside gRPC (new calls wait, calls in
+        flight end within their deadline), so gRPC's own fork handlers run and the child
+        starts from a quiet gRPC core."""
         p = self._p
         if p.pid != os.getpid():
             return
         with p.gate:
             p.forking = True
-            p.fork_epoch += 1
-            for call in p.inflight:
-                call.cancel()
-            give_up = time.monotonic() + FORK_QUIESCE_SECS
+            give_up = time.monotonic() + min(self._settings.deadline + 1.0, FORK_QUIESCE_SECS)
             while p.active and time.monotonic() < give_up:
                 p.gate.wait(give_up - time.monotonic())
 
@@ -295,31 +288,21 @@ class Client:
 
     # --- calls -----------------------------------------------------------------------------
 
-    def _invoke(self, p: _Process, method: Any, request: Any, timeout: float) -> Tuple[Any, int]:
-        """One attempt (the response, and the fork epoch it started in). Never inside gRPC
-        while the process forks."""
+    def _invoke(self, p: _Process, method: Any, request: Any, timeout: float) -> Any:
+        """One attempt, never inside gRPC while the process forks.
+
+        A blocking call, polled by the calling thread itself: a future would hand its answer
+        over from gRPC's polling thread, which costs a scheduler wake-up each way (2-4 times
+        the round trip on a busy machine), and that thread could still be inside gRPC when
+        the process forks."""
         with p.gate:
             while p.forking:
                 p.gate.wait()
             if self._closed:
                 raise Closed()
             p.active += 1
-            epoch = p.fork_epoch
         try:
-            call = method.future(request, timeout=timeout)
-            with p.gate:
-                p.inflight.add(call)
-                if p.forking or self._closed:
-                    call.cancel()
-            try:
-                # gRPC enforces the deadline; the extra second is a bound of our own.
-                return call.result(timeout=timeout + 1.0), epoch
-            except grpc.FutureTimeoutError:
-                call.cancel()
-                raise
-            finally:
-                with p.gate:
-                    p.inflight.discard(call)
+            return method(request, timeout=timeout)
         finally:
             with p.gate:
                 p.active -= 1
@@ -354,24 +337,19 @@ class Client:
             node = p.nodes[i]
             timeout = min(self._settings.deadline, remaining)
             sent = time.monotonic()
-            epoch = p.fork_epoch
             try:
-                response, epoch = self._invoke(p, method(p.stubs[i]), request, timeout)
+                response = self._invoke(p, method(p.stubs[i]), request, timeout)
                 result = check(response) if check else response
             except BadAnswer as bad:
                 self._failed(p, node, str(bad), None)
                 continue
-            except (grpc.RpcError, grpc.FutureTimeoutError, grpc.FutureCancelledError) as error:
+            except grpc.RpcError as error:
                 if self._closed:
                     raise Closed() from None
-                if epoch != p.fork_epoch:
-                    continue  # cancelled by a fork: not the node's fault
                 if is_refusal(error):
                     raise refusal(error) from None
                 elapsed = time.monotonic() - sent
-                if isinstance(error, grpc.FutureTimeoutError) or timed_out(
-                    error, elapsed, timeout
-                ):
+                if timed_out(error, elapsed, timeout):
                     self._failed(p, node, no_answer(timeout), None)
                 else:
                     self._failed(p, node, describe(error), retry_after(error))
@@ -393,7 +371,11 @@ class Client:
         """``count`` IDs (at most 4,096) from one node, with failover."""
         request = pb.NextIdsRequest(count=count)
         ids, i = self._call(
-            p, lambda s: s.NextIds, request, give_up, lambda r: checked_ids(r.ids, count)
+            p,
+            lambda s: s.NextIds,
+            request,
+            give_up,
+            lambda r: checked_ids(r.ids, count),
         )
         with p.gate:
             p.fetched_ids += count
