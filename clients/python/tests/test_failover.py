@@ -5,6 +5,7 @@ that accepts connections and never answers."""
 from __future__ import annotations
 
 import asyncio
+import re
 import signal
 import threading
 import time
@@ -129,8 +130,9 @@ def test_the_deadline_holds_against_a_node_that_accepts_and_never_answers(nodes,
     assert 0.9 <= took <= 2.5, took
     # Each attempt ran out its deadline; once gRPC's own connection attempt timed out (1 s), it
     # says so.
+    # (The last attempt gets what is left of give_up_after as its deadline.)
     reason = raised.value.reasons[black_hole]
-    assert reason.startswith("no answer within 200 ms") or "SETTINGS frame" in reason, reason
+    assert re.match(r"no answer within \d+ ms$", reason) or "SETTINGS frame" in reason, reason
     alone.close()
 
     # With prefetch: the refiller's fetch at the black hole holds the fetch lock, and a taker
