@@ -68,7 +68,7 @@ class Node:
             text=True,
         )
         self.port = 0
-        listening, ready = threading.Event(), threading.Event()
+        ready = threading.Event()
 
         def read() -> None:
             assert self.proc.stderr is not None
@@ -77,12 +77,12 @@ class Node:
                 found = re.search(r"grpc listening addr=127\.0\.0\.1:(\d+)", line)
                 if found:
                     self.port = int(found.group(1))
-                    listening.set()
-                if "ready: issuing ids" in line:
+                if "ready: issuing ids" in line and self.port:
                     ready.set()
+            ready.set()  # it exited: no need to wait longer
 
         threading.Thread(target=read, daemon=True).start()
-        if not (listening.wait(20) and ready.wait(20)):
+        if not ready.wait(20) or not self.port or self.proc.poll() is not None:
             self.stop()
             raise RuntimeError("snowflake serve did not become ready:\n" + "".join(self.log))
 

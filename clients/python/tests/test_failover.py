@@ -167,6 +167,7 @@ def test_a_killed_node_is_skipped_and_used_again_once_back(nodes):
     ids = [client.next_id() for _ in range(50)]
     assert {decode(i)[2] for i in ids} == {1, 2}, "the client takes turns on the nodes"
     a.signal(signal.SIGSTOP)
+    time.sleep(0.2)  # stopped for sure (kill() returns before the target is descheduled)
     during = [client.next_id() for _ in range(50)]
     assert {decode(i)[2] for i in during} == {2}
     a.signal(signal.SIGCONT)
