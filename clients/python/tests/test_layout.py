@@ -11,6 +11,15 @@ import pytest
 
 from conftest import EPOCH_MS
 from snowflake_client import AsyncClient, Client, IdRange, InvalidArgument, Layout
+from snowflake_client._proto import snowflake_pb2
+
+# Until the layouts work lands, proto/ (and so the generated stubs) has neither Range nor the
+# layout in GetInfo: these tests wait for it, they are not done. Once it lands, `regen-proto
+# --check` in scripts/test fails until the stubs are regenerated, and then they run.
+pytestmark = pytest.mark.skipif(
+    not hasattr(snowflake_pb2, "RangeRequest"),
+    reason="waits for the layouts branch: proto/ has no Range yet (then run regen-proto)",
+)
 
 
 def now_ms() -> int:

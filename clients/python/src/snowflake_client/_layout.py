@@ -65,8 +65,9 @@ class Layout(NamedTuple):
     @classmethod
     def from_info(cls, info: Any) -> "Layout":
         """From a ``GetInfoResponse``; a node too old to send its layout has the default
-        widths with its epoch."""
-        if not info.HasField("layout"):
+        widths with its epoch (and so do stubs generated before the layout was in the
+        proto)."""
+        if "layout" not in info.DESCRIPTOR.fields_by_name or not info.HasField("layout"):
             return cls.twitter(info.epoch_ms)
         w = info.layout
         bits = w.timestamp_bits + w.datacenter_bits + w.worker_bits + w.sequence_bits
