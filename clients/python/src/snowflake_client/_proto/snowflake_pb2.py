@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1csnowflake/v1/snowflake.proto\x12\x0csnowflake.v1\"\x0f\n\rNextIdRequest\"\x1c\n\x0eNextIdResponse\x12\n\n\x02id\x18\x01 \x01(\x03\"\x1f\n\x0eNextIdsRequest\x12\r\n\x05\x63ount\x18\x01 \x01(\r\"\x1e\n\x0fNextIdsResponse\x12\x0b\n\x03ids\x18\x01 \x03(\x03\"\x1b\n\rDecodeRequest\x12\n\n\x02id\x18\x01 \x01(\x03\"|\n\x0e\x44\x65\x63odeResponse\x12\n\n\x02id\x18\x01 \x01(\x03\x12\x14\n\x0ctimestamp_ms\x18\x02 \x01(\x03\x12\x15\n\rdatacenter_id\x18\x03 \x01(\r\x12\x11\n\tworker_id\x18\x04 \x01(\r\x12\x10\n\x08sequence\x18\x05 \x01(\r\x12\x0c\n\x04time\x18\x06 \x01(\t\"5\n\x10StreamIdsRequest\x12\r\n\x05\x63ount\x18\x01 \x01(\x04\x12\x12\n\nchunk_size\x18\x02 \x01(\r\"\x10\n\x0eGetInfoRequest\"\x85\x01\n\x0fGetInfoResponse\x12\x15\n\rdatacenter_id\x18\x01 \x01(\r\x12\x11\n\tworker_id\x18\x02 \x01(\r\x12\x10\n\x08\x65poch_ms\x18\x03 \x01(\x03\x12\x14\n\x0ctimestamp_ms\x18\x04 \x01(\x03\x12\x11\n\tmax_batch\x18\x05 \x01(\x04\x12\r\n\x05ready\x18\x06 \x01(\x08\x32\xf3\x02\n\tSnowflake\x12\x43\n\x06NextId\x12\x1b.snowflake.v1.NextIdRequest\x1a\x1c.snowflake.v1.NextIdResponse\x12\x46\n\x07NextIds\x12\x1c.snowflake.v1.NextIdsRequest\x1a\x1d.snowflake.v1.NextIdsResponse\x12\x43\n\x06\x44\x65\x63ode\x12\x1b.snowflake.v1.DecodeRequest\x1a\x1c.snowflake.v1.DecodeResponse\x12L\n\tStreamIds\x12\x1e.snowflake.v1.StreamIdsRequest\x1a\x1d.snowflake.v1.NextIdsResponse0\x01\x12\x46\n\x07GetInfo\x12\x1c.snowflake.v1.GetInfoRequest\x1a\x1d.snowflake.v1.GetInfoResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1csnowflake/v1/snowflake.proto\x12\x0csnowflake.v1\"\x0f\n\rNextIdRequest\"\x1c\n\x0eNextIdResponse\x12\n\n\x02id\x18\x01 \x01(\x03\"\x1f\n\x0eNextIdsRequest\x12\r\n\x05\x63ount\x18\x01 \x01(\r\"\x1e\n\x0fNextIdsResponse\x12\x0b\n\x03ids\x18\x01 \x03(\x03\"\x1b\n\rDecodeRequest\x12\n\n\x02id\x18\x01 \x01(\x03\"|\n\x0e\x44\x65\x63odeResponse\x12\n\n\x02id\x18\x01 \x01(\x03\x12\x14\n\x0ctimestamp_ms\x18\x02 \x01(\x03\x12\x15\n\rdatacenter_id\x18\x03 \x01(\r\x12\x11\n\tworker_id\x18\x04 \x01(\r\x12\x10\n\x08sequence\x18\x05 \x01(\r\x12\x0c\n\x04time\x18\x06 \x01(\t\"5\n\x10StreamIdsRequest\x12\r\n\x05\x63ount\x18\x01 \x01(\x04\x12\x12\n\nchunk_size\x18\x02 \x01(\r\"\x10\n\x0eGetInfoRequest\"\xab\x01\n\x0fGetInfoResponse\x12\x15\n\rdatacenter_id\x18\x01 \x01(\r\x12\x11\n\tworker_id\x18\x02 \x01(\r\x12\x10\n\x08\x65poch_ms\x18\x03 \x01(\x03\x12\x14\n\x0ctimestamp_ms\x18\x04 \x01(\x03\x12\x11\n\tmax_batch\x18\x05 \x01(\x04\x12\r\n\x05ready\x18\x06 \x01(\x08\x12$\n\x06layout\x18\x07 \x01(\x0b\x32\x14.snowflake.v1.Layout\"\x95\x01\n\x06Layout\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x16\n\x0etimestamp_bits\x18\x02 \x01(\r\x12\x17\n\x0f\x64\x61tacenter_bits\x18\x03 \x01(\r\x12\x13\n\x0bworker_bits\x18\x04 \x01(\r\x12\x15\n\rsequence_bits\x18\x05 \x01(\r\x12\x10\n\x08\x65poch_ms\x18\x06 \x01(\x03\x12\x0e\n\x06max_id\x18\x07 \x01(\x03\".\n\x0cRangeRequest\x12\x0f\n\x07\x66rom_ms\x18\x01 \x01(\x03\x12\r\n\x05to_ms\x18\x02 \x01(\x03\"/\n\rRangeResponse\x12\x0e\n\x06min_id\x18\x01 \x01(\x03\x12\x0e\n\x06max_id\x18\x02 \x01(\x03\x32\xb5\x03\n\tSnowflake\x12\x43\n\x06NextId\x12\x1b.snowflake.v1.NextIdRequest\x1a\x1c.snowflake.v1.NextIdResponse\x12\x46\n\x07NextIds\x12\x1c.snowflake.v1.NextIdsRequest\x1a\x1d.snowflake.v1.NextIdsResponse\x12\x43\n\x06\x44\x65\x63ode\x12\x1b.snowflake.v1.DecodeRequest\x1a\x1c.snowflake.v1.DecodeResponse\x12L\n\tStreamIds\x12\x1e.snowflake.v1.StreamIdsRequest\x1a\x1d.snowflake.v1.NextIdsResponse0\x01\x12\x46\n\x07GetInfo\x12\x1c.snowflake.v1.GetInfoRequest\x1a\x1d.snowflake.v1.GetInfoResponse\x12@\n\x05Range\x12\x1a.snowflake.v1.RangeRequest\x1a\x1b.snowflake.v1.RangeResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -48,7 +48,13 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_GETINFOREQUEST']._serialized_start=368
   _globals['_GETINFOREQUEST']._serialized_end=384
   _globals['_GETINFORESPONSE']._serialized_start=387
-  _globals['_GETINFORESPONSE']._serialized_end=520
-  _globals['_SNOWFLAKE']._serialized_start=523
-  _globals['_SNOWFLAKE']._serialized_end=894
+  _globals['_GETINFORESPONSE']._serialized_end=558
+  _globals['_LAYOUT']._serialized_start=561
+  _globals['_LAYOUT']._serialized_end=710
+  _globals['_RANGEREQUEST']._serialized_start=712
+  _globals['_RANGEREQUEST']._serialized_end=758
+  _globals['_RANGERESPONSE']._serialized_start=760
+  _globals['_RANGERESPONSE']._serialized_end=807
+  _globals['_SNOWFLAKE']._serialized_start=810
+  _globals['_SNOWFLAKE']._serialized_end=1247
 # @@protoc_insertion_point(module_scope)

@@ -1,8 +1,8 @@
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
-from collections.abc import Iterable as _Iterable
-from typing import ClassVar as _ClassVar, Optional as _Optional
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
@@ -63,17 +63,53 @@ class GetInfoRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class GetInfoResponse(_message.Message):
-    __slots__ = ("datacenter_id", "worker_id", "epoch_ms", "timestamp_ms", "max_batch", "ready")
+    __slots__ = ("datacenter_id", "worker_id", "epoch_ms", "timestamp_ms", "max_batch", "ready", "layout")
     DATACENTER_ID_FIELD_NUMBER: _ClassVar[int]
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     EPOCH_MS_FIELD_NUMBER: _ClassVar[int]
     TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
     MAX_BATCH_FIELD_NUMBER: _ClassVar[int]
     READY_FIELD_NUMBER: _ClassVar[int]
+    LAYOUT_FIELD_NUMBER: _ClassVar[int]
     datacenter_id: int
     worker_id: int
     epoch_ms: int
     timestamp_ms: int
     max_batch: int
     ready: bool
-    def __init__(self, datacenter_id: _Optional[int] = ..., worker_id: _Optional[int] = ..., epoch_ms: _Optional[int] = ..., timestamp_ms: _Optional[int] = ..., max_batch: _Optional[int] = ..., ready: bool = ...) -> None: ...
+    layout: Layout
+    def __init__(self, datacenter_id: _Optional[int] = ..., worker_id: _Optional[int] = ..., epoch_ms: _Optional[int] = ..., timestamp_ms: _Optional[int] = ..., max_batch: _Optional[int] = ..., ready: bool = ..., layout: _Optional[_Union[Layout, _Mapping]] = ...) -> None: ...
+
+class Layout(_message.Message):
+    __slots__ = ("name", "timestamp_bits", "datacenter_bits", "worker_bits", "sequence_bits", "epoch_ms", "max_id")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    TIMESTAMP_BITS_FIELD_NUMBER: _ClassVar[int]
+    DATACENTER_BITS_FIELD_NUMBER: _ClassVar[int]
+    WORKER_BITS_FIELD_NUMBER: _ClassVar[int]
+    SEQUENCE_BITS_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_MS_FIELD_NUMBER: _ClassVar[int]
+    MAX_ID_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    timestamp_bits: int
+    datacenter_bits: int
+    worker_bits: int
+    sequence_bits: int
+    epoch_ms: int
+    max_id: int
+    def __init__(self, name: _Optional[str] = ..., timestamp_bits: _Optional[int] = ..., datacenter_bits: _Optional[int] = ..., worker_bits: _Optional[int] = ..., sequence_bits: _Optional[int] = ..., epoch_ms: _Optional[int] = ..., max_id: _Optional[int] = ...) -> None: ...
+
+class RangeRequest(_message.Message):
+    __slots__ = ("from_ms", "to_ms")
+    FROM_MS_FIELD_NUMBER: _ClassVar[int]
+    TO_MS_FIELD_NUMBER: _ClassVar[int]
+    from_ms: int
+    to_ms: int
+    def __init__(self, from_ms: _Optional[int] = ..., to_ms: _Optional[int] = ...) -> None: ...
+
+class RangeResponse(_message.Message):
+    __slots__ = ("min_id", "max_id")
+    MIN_ID_FIELD_NUMBER: _ClassVar[int]
+    MAX_ID_FIELD_NUMBER: _ClassVar[int]
+    min_id: int
+    max_id: int
+    def __init__(self, min_id: _Optional[int] = ..., max_id: _Optional[int] = ...) -> None: ...

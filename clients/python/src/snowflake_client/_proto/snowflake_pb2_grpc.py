@@ -61,6 +61,11 @@ class SnowflakeStub(object):
                 request_serializer=snowflake_dot_v1_dot_snowflake__pb2.GetInfoRequest.SerializeToString,
                 response_deserializer=snowflake_dot_v1_dot_snowflake__pb2.GetInfoResponse.FromString,
                 _registered_method=True)
+        self.Range = channel.unary_unary(
+                '/snowflake.v1.Snowflake/Range',
+                request_serializer=snowflake_dot_v1_dot_snowflake__pb2.RangeRequest.SerializeToString,
+                response_deserializer=snowflake_dot_v1_dot_snowflake__pb2.RangeResponse.FromString,
+                _registered_method=True)
 
 
 class SnowflakeServicer(object):
@@ -85,7 +90,8 @@ class SnowflakeServicer(object):
 
     def Decode(self, request, context):
         """Splits an ID into its fields under the server's layout. Needs no clock and never fails
-        for an ID in 0 ..= 2^63 - 1; a negative ID is INVALID_ARGUMENT.
+        for an ID in 0 ..= the layout's max_id (2^63 - 1 under the default layout; see GetInfo);
+        a negative ID, or one above the layout's max_id, is INVALID_ARGUMENT.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -104,6 +110,15 @@ class SnowflakeServicer(object):
 
     def GetInfo(self, request, context):
         """Extension: who this node is and what its clock says.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Range(self, request, context):
+        """The smallest and largest ID any node could issue in [from_ms, to_ms] (Unix ms, both
+        inclusive), for range scans over a primary key. from_ms > to_ms, or a bound outside the
+        layout's lifetime [epoch, last millisecond], is INVALID_ARGUMENT naming the bound.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -136,6 +151,11 @@ def add_SnowflakeServicer_to_server(servicer, server):
                     servicer.GetInfo,
                     request_deserializer=snowflake_dot_v1_dot_snowflake__pb2.GetInfoRequest.FromString,
                     response_serializer=snowflake_dot_v1_dot_snowflake__pb2.GetInfoResponse.SerializeToString,
+            ),
+            'Range': grpc.unary_unary_rpc_method_handler(
+                    servicer.Range,
+                    request_deserializer=snowflake_dot_v1_dot_snowflake__pb2.RangeRequest.FromString,
+                    response_serializer=snowflake_dot_v1_dot_snowflake__pb2.RangeResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -275,6 +295,33 @@ class Snowflake(object):
             '/snowflake.v1.Snowflake/GetInfo',
             snowflake_dot_v1_dot_snowflake__pb2.GetInfoRequest.SerializeToString,
             snowflake_dot_v1_dot_snowflake__pb2.GetInfoResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Range(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/snowflake.v1.Snowflake/Range',
+            snowflake_dot_v1_dot_snowflake__pb2.RangeRequest.SerializeToString,
+            snowflake_dot_v1_dot_snowflake__pb2.RangeResponse.FromString,
             options,
             channel_credentials,
             insecure,
