@@ -22,18 +22,31 @@ static KEEPER: GucSetting<bool> = GucSetting::<bool>::new(false);
 /// every backend it forks: postmaster-only settings cannot change without a restart).
 static CHECKED: OnceLock<Result<Config, SettingsError>> = OnceLock::new();
 
+/// Postmaster-only while preloading. A library loaded later (by `CREATE EXTENSION` or a pure
+/// function, without the preload) cannot define postmaster settings (PostgreSQL ends the
+/// session); it defines them as reload-only (`SIGHUP`), which a session cannot `SET` either.
+fn context() -> GucContext {
+    // SAFETY: a flag PostgreSQL sets while loading shared_preload_libraries.
+    if unsafe { pgrx::pg_sys::process_shared_preload_libraries_in_progress } {
+        GucContext::Postmaster
+    } else {
+        GucContext::Sighup
+    }
+}
+
 fn text(name: &'static CStr, short: &'static CStr, setting: &'static GucSetting<Option<CString>>) {
     GucRegistry::define_string_guc(
         name,
         short,
         c"See docs/postgres.md. Only in postgresql.conf or on the server's command line; a change needs a restart.",
         setting,
-        GucContext::Postmaster,
+        context(),
         GucFlags::default(),
     );
 }
 
-/// Defines the settings; called from `_PG_init`.
+/// Defines the settings; called from `_PG_init`. Other `snowflake.*` names are reserved, so a
+/// misspelt setting gets a warning instead of being ignored silently.
 pub fn define() {
     text(
         c"snowflake.datacenter_id",
@@ -71,9 +84,11 @@ pub fn define() {
         c"The pair is leased in a fleet by snowflake pg-keeper: IDs are issued only under its live grant.",
         c"See docs/postgres.md, fleet mode.",
         &KEEPER,
-        GucContext::Postmaster,
+        context(),
         GucFlags::default(),
     );
+    // SAFETY: a valid C string; PostgreSQL copies it.
+    unsafe { pgrx::pg_sys::MarkGUCPrefixReserved(c"snowflake".as_ptr()) };
 }
 
 fn get(setting: &GucSetting<Option<CString>>) -> Option<String> {

@@ -416,6 +416,22 @@ impl Cluster {
         }
     }
 
+    /// Waits until `sql` prints `expected` (at most `limit`).
+    pub fn wait_for(&self, sql: &str, expected: &str, limit: Duration) {
+        let start = Instant::now();
+        loop {
+            let out = self.try_sql(sql);
+            if out.as_deref() == Ok(expected) {
+                return;
+            }
+            assert!(
+                start.elapsed() < limit,
+                "{sql} still gives {out:?} after {limit:?}, not {expected:?}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
     /// Runs pgbench against this cluster with `args` (e.g. `-c 8 -T 10 -f FILE`); its output.
     pub fn pgbench(&self, args: &[&str]) -> String {
         let mut cmd = Command::new(bin("pgbench"));

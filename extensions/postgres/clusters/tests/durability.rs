@@ -81,16 +81,14 @@ fn a_promoted_standby_with_its_clock_behind_issues_above_the_primarys_mark() {
     let max = draw_for(&primary, 3);
     let mark = primary.int("SELECT mark_ms FROM snowflake_status()");
     // The standby replays the reservations: its mark follows the primary's.
-    standby.sql_eventually(
-        &format!("SELECT 1 WHERE (SELECT mark_ms FROM snowflake_status()) = {mark} OR 1/0 = 1"),
+    standby.wait_for(
+        "SELECT mark_ms FROM snowflake_status()",
+        &mark.to_string(),
         PATIENCE,
     );
     primary.stop("immediate");
     standby.promote();
-    standby.sql_eventually(
-        "SELECT 1 WHERE NOT pg_is_in_recovery() OR 1/0 = 1",
-        PATIENCE,
-    );
+    standby.wait_for("SELECT pg_is_in_recovery()", "f", PATIENCE);
     let first: i64 = standby
         .sql_eventually("SELECT snowflake_nextval()", PATIENCE)
         .parse()

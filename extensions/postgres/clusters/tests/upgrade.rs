@@ -9,13 +9,13 @@ use std::path::Path;
 const CATALOG: &str = r#"
 SELECT string_agg(x, E'\n' ORDER BY x) FROM (
   SELECT p.oid::regprocedure::text || ' -> ' || pg_get_function_result(p.oid) || ' '
-         || p.provolatile || p.proparallel || p.proisstrict::text || ' '
+         || p.provolatile::text || p.proparallel::text || p.proisstrict::text || ' '
          || coalesce(array_to_string(p.proacl, ','), 'default') AS x
   FROM pg_proc p
   JOIN pg_depend d ON d.classid = 'pg_proc'::regclass AND d.objid = p.oid AND d.deptype = 'e'
   JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'snowflake'
   UNION ALL
-  SELECT t.typname || ' (' || string_agg(a.attname || ' ' || format_type(a.atttypid, a.atttypmod), ', ' ORDER BY a.attnum) || ')'
+  SELECT t.typname::text || ' (' || string_agg(a.attname || ' ' || format_type(a.atttypid, a.atttypmod), ', ' ORDER BY a.attnum) || ')'
   FROM pg_type t
   JOIN pg_depend d ON d.classid = 'pg_type'::regclass AND d.objid = t.oid AND d.deptype = 'e'
   JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'snowflake'
@@ -53,7 +53,7 @@ fn every_released_version_updates_to_a_fresh_install() {
     );
     let fresh = pg.sql(CATALOG);
     assert!(
-        fresh.contains("snowflake_nextval() -> bigint vuf"),
+        fresh.contains("snowflake_nextval() -> bigint vutrue"),
         "{fresh}"
     );
     assert!(
