@@ -90,6 +90,32 @@ fn snowflake_nextval() -> i64 {
 #[pg_schema]
 mod tests {
     use pgrx::prelude::*;
+    use snowflake_core::{Layout, SnowflakeId};
+
+    #[pg_test]
+    fn nextval_strictly_increases_under_the_pair_and_the_mark() {
+        let ids: Vec<i64> = (0..10_000)
+            .map(|_| {
+                Spi::get_one::<i64>("SELECT snowflake_nextval()")
+                    .unwrap()
+                    .unwrap()
+            })
+            .collect();
+        assert!(ids.windows(2).all(|w| w[0] < w[1]));
+        let last = Layout::TWITTER.decode(SnowflakeId::try_from(ids[9_999]).unwrap());
+        assert_eq!((last.datacenter_id, last.worker_id), (7, 13));
+        let mark = Spi::get_one::<i64>("SELECT mark_ms FROM snowflake_status()")
+            .unwrap()
+            .unwrap();
+        assert!(last.timestamp_ms as i64 <= mark);
+    }
+
+    #[pg_test(
+        error = "parameter \"snowflake.worker_id\" cannot be changed without restarting the server"
+    )]
+    fn a_session_cannot_set_the_worker_id() {
+        Spi::run("SET snowflake.worker_id = 5").unwrap();
+    }
 
     #[pg_test]
     fn decode_matches_the_worked_example() {

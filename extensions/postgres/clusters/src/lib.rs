@@ -74,11 +74,9 @@ fn server_command(program: &Path, env: &[(String, String)]) -> Command {
 }
 
 fn run(mut cmd: Command) -> Output {
-    let out = cmd
-        .stdin(Stdio::null())
+    cmd.stdin(Stdio::null())
         .output()
-        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
-    out
+        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"))
 }
 
 fn check(cmd: Command) -> String {
