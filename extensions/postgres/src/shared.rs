@@ -159,8 +159,12 @@ unsafe extern "C-unwind" fn startup() {
 }
 
 #[pgrx::pg_guard]
-unsafe extern "C-unwind" fn at_exit(_code: std::ffi::c_int, _arg: pg_sys::Datum) {
-    if let Some(shared) = get()
+unsafe extern "C-unwind" fn at_exit(code: std::ffi::c_int, _arg: pg_sys::Datum) {
+    // Only a clean exit (0) comes after every child has exited; a FATAL postmaster exit (1)
+    // may leave backends issuing for a moment, and the crash-restart reset (1) is followed by
+    // crash recovery anyway.
+    if code == 0
+        && let Some(shared) = get()
         && let Err(e) = shared.record_stop()
     {
         pgrx::warning!(
