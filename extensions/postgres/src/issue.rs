@@ -57,7 +57,9 @@ pub fn next_id() -> Result<i64, SqlError> {
     let generator = &shared.generator;
     let now = clock::wall_ms();
     let limit = generator.issue_limit_ms();
-    if now.saturating_add(config.reserve_ms / 2) > limit {
+    if now.saturating_add(config.reserve_ms / 2) > limit
+        && (now > limit || limit < shared.ceiling_ms.load(Ordering::Relaxed))
+    {
         reserve(shared, config, now > limit);
     }
     match generator.try_next_id() {
@@ -138,6 +140,7 @@ pub fn reserve(shared: &Shared, config: &Config, must: bool) {
             }
         };
         let mark = shared.mark_ms.load(Ordering::Acquire);
+        shared.ceiling_ms.store(grant_cap, Ordering::Relaxed);
         shared
             .generator
             .set_issue_limit_ms(mark.min(step_cap).min(grant_cap));

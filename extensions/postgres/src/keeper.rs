@@ -106,6 +106,7 @@ fn snowflake_keeper_revoke() -> pgrx::composite_type!('static, "snowflake_status
         shared.grant_deadline_ns.store(0, Ordering::Release);
         locked.grant_limit_ms = 0;
         locked.lease.clear();
+        shared.ceiling_ms.store(0, Ordering::Relaxed);
         shared.generator.set_issue_limit_ms(0);
     });
     status::row()

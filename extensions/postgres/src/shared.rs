@@ -88,6 +88,9 @@ pub struct Shared {
     pub grant_deadline_ns: AtomicU64,
     /// The durable mark (Unix ms): in the WAL (flushed) and in the file (fsynced).
     pub mark_ms: AtomicU64,
+    /// The highest the issue limit may go without a new grant (the keeper's limit; `u64::MAX`
+    /// without a keeper): once the limit reaches it, issuing calls stop trying to raise it.
+    pub ceiling_ms: AtomicU64,
     locked: UnsafeCell<Locked>,
 }
 
@@ -245,6 +248,7 @@ fn initial(lock: *mut pg_sys::LWLock) -> Shared {
         started: AtomicBool::new(false),
         grant_deadline_ns: AtomicU64::new(0),
         mark_ms: AtomicU64::new(mark_ms),
+        ceiling_ms: AtomicU64::new(u64::MAX),
         locked: UnsafeCell::new(Locked {
             stored,
             load_error,

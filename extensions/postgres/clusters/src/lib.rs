@@ -319,6 +319,44 @@ impl Cluster {
         self.running = false;
     }
 
+    /// Kills the postmaster and every process it started with SIGKILL, as a machine crash
+    /// would end them (no exit callback runs; the files stay as the page cache has them).
+    pub fn kill9(&mut self) {
+        let pid_file = fs::read_to_string(self.data.join("postmaster.pid")).unwrap();
+        let postmaster: i32 = pid_file.lines().next().unwrap().trim().parse().unwrap();
+        let mut pids = vec![postmaster];
+        for entry in fs::read_dir("/proc").unwrap().flatten() {
+            let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+                continue;
+            };
+            let stat = fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
+            // "pid (comm) state ppid ...": the ppid is the second field after the comm.
+            let ppid = stat
+                .rsplit(')')
+                .next()
+                .and_then(|rest| rest.split_whitespace().nth(1))
+                .and_then(|p| p.parse::<i32>().ok());
+            if ppid == Some(postmaster) {
+                pids.push(pid);
+            }
+        }
+        for pid in &pids {
+            let _ = Command::new("kill").arg("-9").arg(pid.to_string()).status();
+        }
+        let start = Instant::now();
+        while pids
+            .iter()
+            .any(|p| Path::new(&format!("/proc/{p}")).exists())
+        {
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "processes {pids:?} survive SIGKILL"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        self.running = false;
+    }
+
     /// Promotes a standby and waits until it is out of recovery.
     pub fn promote(&mut self) {
         let mut cmd = server_command(&bin("pg_ctl"), &[]);

@@ -157,3 +157,22 @@ fn a_clean_restart_serves_at_once_and_above_every_id_before_it() {
     let after = pg.int("SELECT snowflake_nextval()");
     assert!(after > before, "{after} <= {before}");
 }
+
+#[test]
+fn a_crash_after_a_checkpoint_keeps_the_mark_in_the_file() {
+    // Reservations before a checkpoint are never replayed again: only the file keeps them.
+    // SIGKILL, so that no exit callback records a stop point either.
+    let mut pg = started(&["snowflake.reserve_ms = 1000"]);
+    let max = draw_for(&pg, 2);
+    let mark = pg.int("SELECT mark_ms FROM snowflake_status()");
+    pg.sql("CHECKPOINT");
+    pg.kill9();
+    pg.fake_clock("-5");
+    pg.start();
+    assert_eq!(pg.int("SELECT mark_ms FROM snowflake_status()"), mark);
+    let first: i64 = pg
+        .sql_eventually("SELECT snowflake_nextval()", PATIENCE)
+        .parse()
+        .unwrap();
+    assert!(first > max, "{first} <= {max}");
+}
