@@ -7,7 +7,7 @@ The ordering of items is not stable, it is driven by a dependency graph.
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/lib.rs:23
+-- src/lib.rs:24
 -- bootstrap
 
 CREATE TYPE snowflake_decoded AS (
@@ -115,7 +115,7 @@ AS 'MODULE_PATHNAME', 'snowflake_min_id_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/lib.rs:84
+-- src/lib.rs:85
 -- snowflake::snowflake_nextval
 CREATE  FUNCTION "snowflake_nextval"() RETURNS bigint /* i64 */
 STRICT VOLATILE PARALLEL UNSAFE
@@ -128,7 +128,7 @@ AS 'MODULE_PATHNAME', 'snowflake_nextval_wrapper';
 -- snowflake::status::snowflake_status
 CREATE  FUNCTION "snowflake_status"() RETURNS snowflake_status /* :: pgrx :: heap_tuple :: PgHeapTuple < '_, :: pgrx :: pgbox :: AllocatedByRust
 > */
-STRICT VOLATILE PARALLEL SAFE
+STRICT VOLATILE PARALLEL RESTRICTED
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', 'snowflake_status_wrapper';
 /* </end connected objects> */
@@ -145,7 +145,7 @@ AS 'MODULE_PATHNAME', 'snowflake_time_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/keeper.rs:116
+-- src/keeper.rs:117
 -- snowflake::keeper::snowflake_trust_clock
 CREATE  FUNCTION "snowflake_trust_clock"() RETURNS snowflake_status /* :: pgrx :: heap_tuple :: PgHeapTuple < '_, :: pgrx :: pgbox :: AllocatedByRust
 > */
@@ -155,7 +155,7 @@ AS 'MODULE_PATHNAME', 'snowflake_trust_clock_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/lib.rs:58
+-- src/lib.rs:59
 -- finalize
 
 REVOKE ALL ON FUNCTION snowflake_keeper_grant(int, int, bigint, int, text) FROM PUBLIC;

@@ -55,7 +55,7 @@ fn id(value: i64) -> SnowflakeId {
 fn snowflake_decode(id: i64) -> pgrx::composite_type!('static, "snowflake_decoded") {
     let layout = layout();
     let parts = layout.decode(self::id(id));
-    let mut row = PgHeapTuple::new_composite_type("snowflake_decoded").or_raise_pgrx();
+    let mut row = crate::composite::row("snowflake_decoded");
     let int = |v: u64| i32::try_from(v).unwrap_or(i32::MAX);
     row.set_by_name("timestamp_ms", parts.timestamp_ms as i64)
         .or_raise_pgrx();

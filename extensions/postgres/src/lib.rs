@@ -9,6 +9,7 @@
 use pgrx::prelude::*;
 
 mod clock;
+mod composite;
 mod errors;
 mod functions;
 mod issue;

@@ -12,7 +12,7 @@ use std::sync::atomic::Ordering;
 
 /// The status row.
 pub fn row() -> pgrx::composite_type!('static, "snowflake_status") {
-    let mut row = PgHeapTuple::new_composite_type("snowflake_status").or_raise_pgrx();
+    let mut row = crate::composite::row("snowflake_status");
     let config = settings::config();
     let mut last_error = config.as_ref().err().map(|e| e.to_string());
     if let Ok(c) = config {
@@ -93,7 +93,7 @@ pub fn row() -> pgrx::composite_type!('static, "snowflake_status") {
 }
 
 /// Who this database issues as, its durable mark, its limits and its last error.
-#[pg_extern(volatile, parallel_safe)]
+#[pg_extern(volatile, parallel_restricted)]
 fn snowflake_status() -> pgrx::composite_type!('static, "snowflake_status") {
     row()
 }

@@ -134,6 +134,24 @@ fn min_and_max_id_bracket_every_id_of_their_millisecond() {
 }
 
 #[test]
+fn the_composite_results_do_not_depend_on_the_search_path() {
+    // As pg_dump's restore runs (search_path = ''), and with the extension in its own schema.
+    let mut pg = Cluster::new(crate::PRELOADED);
+    pg.start();
+    pg.sql("CREATE SCHEMA ids; CREATE EXTENSION snowflake SCHEMA ids");
+    assert_eq!(
+        pg.sql(
+            "SET search_path = ''; SELECT (ids.snowflake_decode(1724551110457221119)).worker_id"
+        ),
+        "13"
+    );
+    assert_eq!(
+        pg.sql("SET search_path = ''; SELECT datacenter_id FROM ids.snowflake_status()"),
+        "7"
+    );
+}
+
+#[test]
 fn the_pure_functions_work_without_the_preload_and_nextval_names_the_fix() {
     let mut pg = Cluster::new(&[]);
     pg.start();
