@@ -121,16 +121,19 @@ fn template() -> &'static Path {
     static TEMPLATE: OnceLock<PathBuf> = OnceLock::new();
     TEMPLATE.get_or_init(|| {
         require_extension();
-        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/pg-template");
+        let target = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target");
+        let root = target.join("pg-template");
         let data = root.join("data");
         if data.join("PG_VERSION").exists() {
             return data;
         }
-        let _ = fs::remove_dir_all(&root);
-        fs::create_dir_all(&root).unwrap();
-        give(&root);
+        // Made aside and renamed into place, so an interrupted initdb is never reused.
+        let making = target.join(format!("pg-template.{}", std::process::id()));
+        let _ = fs::remove_dir_all(&making);
+        fs::create_dir_all(&making).unwrap();
+        give(&making);
         let mut cmd = server_command(&bin("initdb"), &[]);
-        cmd.arg("-D").arg(&data).args([
+        cmd.arg("-D").arg(making.join("data")).args([
             "-U",
             "postgres",
             "--auth=trust",
@@ -139,6 +142,8 @@ fn template() -> &'static Path {
             "--no-sync",
         ]);
         check(cmd);
+        let _ = fs::remove_dir_all(&root);
+        fs::rename(&making, &root).unwrap();
         data
     })
 }
