@@ -54,7 +54,7 @@ fn id(value: i64) -> SnowflakeId {
 #[pg_extern(stable, parallel_safe, strict)]
 fn snowflake_decode(id: i64) -> pgrx::composite_type!('static, "snowflake_decoded") {
     let layout = layout();
-    let parts = layout.decode(self::id(id));
+    let parts = layout.decode(self::id(id)).map_err(core_input).or_raise();
     let mut row = crate::composite::row("snowflake_decoded");
     let int = |v: u64| i32::try_from(v).unwrap_or(i32::MAX);
     row.set_by_name("timestamp_ms", parts.timestamp_ms as i64)
@@ -73,7 +73,8 @@ fn snowflake_decode(id: i64) -> pgrx::composite_type!('static, "snowflake_decode
 /// The time of an ID.
 #[pg_extern(stable, parallel_safe, strict)]
 fn snowflake_time(id: i64) -> TimestampWithTimeZone {
-    timestamptz(layout().decode(self::id(id)).timestamp_ms)
+    let parts = layout().decode(self::id(id)).map_err(core_input).or_raise();
+    timestamptz(parts.timestamp_ms)
 }
 
 /// The ID of a timestamp (Unix ms), datacenter, worker and sequence; every value outside its
@@ -92,31 +93,22 @@ fn snowflake_encode(timestamp_ms: i64, datacenter_id: i32, worker_id: i32, seque
         .as_i64()
 }
 
+/// The smallest and largest ID any node could issue in the millisecond of `t` (core's
+/// `id_range`, as `GET /v1/range` and `snowflake range` compute it).
+fn range_of(t: TimestampWithTimeZone) -> snowflake_core::IdRange {
+    let layout = layout();
+    let ms = field(&layout, Field::Timestamp, unix_ms(t));
+    layout.id_range(ms, ms).map_err(core_input).or_raise()
+}
+
 /// The smallest ID any node could issue in the millisecond of `t`.
 #[pg_extern(stable, parallel_safe, strict)]
 fn snowflake_min_id(t: TimestampWithTimeZone) -> i64 {
-    let layout = layout();
-    let ms = field(&layout, Field::Timestamp, unix_ms(t));
-    layout
-        .encode(ms, 0, 0, 0)
-        .map_err(core_input)
-        .or_raise()
-        .as_i64()
+    range_of(t).min_id.as_i64()
 }
 
 /// The largest ID any node could issue in the millisecond of `t`.
 #[pg_extern(stable, parallel_safe, strict)]
 fn snowflake_max_id(t: TimestampWithTimeZone) -> i64 {
-    let layout = layout();
-    let ms = field(&layout, Field::Timestamp, unix_ms(t));
-    layout
-        .encode(
-            ms,
-            layout.max_datacenter_id(),
-            layout.max_worker_id(),
-            layout.max_sequence(),
-        )
-        .map_err(core_input)
-        .or_raise()
-        .as_i64()
+    range_of(t).max_id.as_i64()
 }

@@ -23,15 +23,7 @@ pub fn row() -> pgrx::composite_type!('static, "snowflake_status") {
         row.set_by_name("keeper", c.keeper).or_raise_pgrx();
     }
     if let Ok(layout) = settings::layout() {
-        let b = layout.bits();
-        row.set_by_name(
-            "layout",
-            format!(
-                "{}/{}/{}/{}",
-                b.timestamp, b.datacenter, b.worker, b.sequence
-            ),
-        )
-        .or_raise_pgrx();
+        row.set_by_name("layout", layout.name()).or_raise_pgrx();
         row.set_by_name("epoch_ms", layout.epoch_ms() as i64)
             .or_raise_pgrx();
     }

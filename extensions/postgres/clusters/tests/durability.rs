@@ -97,7 +97,7 @@ fn a_promoted_standby_with_its_clock_behind_issues_above_the_primarys_mark() {
     assert!(standby.int(&format!("SELECT (snowflake_decode({first})).timestamp_ms")) > mark);
     assert_eq!(
         standby.sql("SELECT stored_identity FROM snowflake_status()"),
-        "datacenter 7 worker 13 (layout 41/5/5/12, epoch 1288834974657)"
+        "datacenter 7 worker 13 (layout twitter, epoch 1288834974657)"
     );
 }
 

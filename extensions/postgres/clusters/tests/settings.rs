@@ -66,7 +66,10 @@ fn unset_or_out_of_range_settings_are_sql_errors_naming_them() {
     ]);
     pg.start();
     let e = pg.sql_error("SELECT snowflake_nextval()");
-    assert!(e.contains("unknown layout \"sonyflake\""), "{e}");
+    assert!(
+        e.contains("snowflake.layout: invalid layout: expected twitter, js-safe or custom:T,D,W,S"),
+        "{e}"
+    );
     // The pure functions need a usable layout too, and say so.
     let e = pg.sql_error("SELECT snowflake_time(1)");
     assert_eq!(sqlstate(&e), "F0000");
@@ -78,7 +81,7 @@ fn a_restart_under_another_pair_is_refused_while_the_mark_exists() {
     pg.sql("SELECT snowflake_nextval()");
     assert_eq!(
         pg.sql("SELECT stored_identity FROM snowflake_status()"),
-        "datacenter 7 worker 13 (layout 41/5/5/12, epoch 1288834974657)"
+        "datacenter 7 worker 13 (layout twitter, epoch 1288834974657)"
     );
     pg.stop("fast");
     pg.configure(&["snowflake.worker_id = 14"]);
@@ -86,11 +89,56 @@ fn a_restart_under_another_pair_is_refused_while_the_mark_exists() {
     let e = pg.sql_error("SELECT snowflake_nextval()");
     assert_eq!(sqlstate(&e), "55000");
     assert!(
-        e.contains("the settings say datacenter 7 worker 14 (layout 41/5/5/12, epoch 1288834974657), but the durable mark was reserved as datacenter 7 worker 13"),
+        e.contains("the settings say datacenter 7 worker 14 (layout twitter, epoch 1288834974657), but the durable mark was reserved as datacenter 7 worker 13"),
         "{e}"
     );
     pg.stop("fast");
     pg.configure(&[PRELOADED[2]]);
     pg.start();
     pg.sql("SELECT snowflake_nextval()");
+}
+
+#[test]
+fn a_named_layout_shapes_every_id_and_the_pure_functions() {
+    // js-safe: 41 | 2 | 4 | 6, every ID at most 2^53 - 1; 4 datacenters, 16 workers.
+    let pg = started(&[
+        "snowflake.layout = 'js-safe'",
+        "snowflake.datacenter_id = 3",
+        "snowflake.worker_id = 15",
+    ]);
+    assert_eq!(pg.sql("SELECT layout FROM snowflake_status()"), "js-safe");
+    let max = pg.int("SELECT max(snowflake_nextval()) FROM generate_series(1, 20000)");
+    assert!(max <= 9_007_199_254_740_991, "{max}");
+    assert_eq!(
+        pg.sql(&format!(
+            "SELECT datacenter_id, worker_id FROM snowflake_decode({max})"
+        )),
+        "3|15"
+    );
+    let e = pg.sql_error("SELECT snowflake_decode(9007199254740992)");
+    assert_eq!(sqlstate(&e), "22023");
+    assert!(e.contains("9007199254740991"), "{e}");
+    let e = pg.sql_error("SELECT snowflake_encode(1700000000000, 4, 0, 0)");
+    assert!(
+        e.contains("invalid datacenter id: expected 0..=3, found 4"),
+        "{e}"
+    );
+    assert_eq!(
+        pg.sql("SELECT snowflake_max_id('2023-11-14 22:13:20+00') - snowflake_min_id('2023-11-14 22:13:20+00')"),
+        "4095"
+    );
+    // A worker id the layout cannot hold is a settings error, not a wrapped ID.
+    let mut other = Cluster::new(&[
+        PRELOADED[0],
+        "snowflake.layout = 'js-safe'",
+        "snowflake.datacenter_id = 3",
+        "snowflake.worker_id = 16",
+    ]);
+    other.start();
+    other.sql("CREATE EXTENSION snowflake");
+    let e = other.sql_error("SELECT snowflake_nextval()");
+    assert!(
+        e.contains("snowflake.worker_id: invalid worker id: expected 0..=15, found 16"),
+        "{e}"
+    );
 }

@@ -6,7 +6,7 @@
 
 use crate::settings::Config;
 use serde::{Deserialize, Serialize};
-use snowflake_core::{Bits, Layout};
+use snowflake_core::Bits;
 use std::fmt;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
@@ -48,26 +48,27 @@ impl Identity {
         }
     }
 
-    /// The layout, if the widths and epoch make one.
-    pub fn layout(&self) -> Option<Layout> {
+    /// The field widths.
+    pub fn bits(&self) -> Bits {
         let [timestamp, datacenter, worker, sequence] = self.bits;
-        let bits = Bits {
+        Bits {
             timestamp,
             datacenter,
             worker,
             sequence,
-        };
-        Layout::new_at(self.epoch_ms, bits, u64::MAX).ok()
+        }
     }
 }
 
 impl fmt::Display for Identity {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let [t, d, w, s] = self.bits;
         write!(
             f,
-            "datacenter {} worker {} (layout {t}/{d}/{w}/{s}, epoch {})",
-            self.datacenter_id, self.worker_id, self.epoch_ms
+            "datacenter {} worker {} (layout {}, epoch {})",
+            self.datacenter_id,
+            self.worker_id,
+            self.bits(),
+            self.epoch_ms
         )
     }
 }
@@ -245,8 +246,8 @@ mod tests {
     fn identity_names_pair_and_layout() {
         assert_eq!(
             sample(0).identity.to_string(),
-            "datacenter 7 worker 13 (layout 41/5/5/12, epoch 1288834974657)"
+            "datacenter 7 worker 13 (layout twitter, epoch 1288834974657)"
         );
-        assert_eq!(sample(0).identity.layout(), Some(Layout::TWITTER));
+        assert_eq!(sample(0).identity.bits(), Bits::TWITTER);
     }
 }

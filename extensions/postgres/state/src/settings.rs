@@ -79,14 +79,13 @@ fn number(
     }
 }
 
-/// The layout named by `snowflake.layout`, before the epoch is applied.
+/// The widths named by `snowflake.layout` (core's names: `twitter`, `js-safe`,
+/// `custom:T,D,W,S`), before the epoch is applied.
 fn layout_bits(name: Option<&str>) -> Result<Bits, SettingsError> {
-    match name.unwrap_or("twitter") {
-        "twitter" => Ok(Bits::TWITTER),
-        other => Err(SettingsError(format!(
-            "invalid snowflake.layout: unknown layout {other:?}, expected twitter"
-        ))),
-    }
+    name.unwrap_or("twitter")
+        .parse::<Bits>()
+        .and_then(|bits| bits.check())
+        .map_err(|e| SettingsError(format!("snowflake.layout: {e}")))
 }
 
 impl RawSettings {
@@ -231,12 +230,35 @@ mod tests {
         );
         let mut r = raw("0", "0");
         r.layout = Some("bogus".into());
+        let err = r.check(NOW).unwrap_err().to_string();
         assert!(
-            r.check(NOW)
-                .unwrap_err()
-                .to_string()
-                .contains("unknown layout \"bogus\"")
+            err.starts_with(
+                "snowflake.layout: invalid layout: expected twitter, js-safe or custom:T,D,W,S"
+            ),
+            "{err}"
         );
+        r.layout = Some("custom:20,5,5,12".into());
+        let err = r.check(NOW).unwrap_err().to_string();
+        assert!(
+            err.contains("the timestamp needs at least 30 bits"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn named_and_custom_layouts_bound_the_pair() {
+        let mut r = raw("3", "15");
+        r.layout = Some("js-safe".into());
+        let config = r.check(NOW).unwrap();
+        assert_eq!(config.layout.bits(), Bits::JS_SAFE);
+        r.worker_id = Some("16".into());
+        assert_eq!(
+            r.check(NOW).unwrap_err().to_string(),
+            "snowflake.worker_id: invalid worker id: expected 0..=15, found 16"
+        );
+        let mut r = raw("0", "1023");
+        r.layout = Some("custom:41,0,10,12".into());
+        assert_eq!(r.check(NOW).unwrap().worker_id, 1023);
     }
 
     #[test]
