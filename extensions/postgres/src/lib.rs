@@ -103,7 +103,9 @@ mod tests {
             })
             .collect();
         assert!(ids.windows(2).all(|w| w[0] < w[1]));
-        let last = Layout::TWITTER.decode(SnowflakeId::try_from(ids[9_999]).unwrap());
+        let last = Layout::TWITTER
+            .decode(SnowflakeId::try_from(ids[9_999]).unwrap())
+            .unwrap();
         assert_eq!((last.datacenter_id, last.worker_id), (7, 13));
         let mark = Spi::get_one::<i64>("SELECT mark_ms FROM snowflake_status()")
             .unwrap()
