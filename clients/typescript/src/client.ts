@@ -391,8 +391,16 @@ export class Client {
     };
     const { value, node, elapsedMs } =
       count === 0
-        ? await this.call(giveUp, (c, d) => c.call("NextId", {}, d), (raw) => accept([raw.id]))
-        : await this.call(giveUp, (c, d) => c.call("NextIds", { count }, d), (raw) => accept(raw.ids));
+        ? await this.call(
+            giveUp,
+            (c, d) => c.call("NextId", {}, d),
+            (raw) => accept([raw.id]),
+          )
+        : await this.call(
+            giveUp,
+            (c, d) => c.call("NextIds", { count }, d),
+            (raw) => accept(raw.ids),
+          );
     this.counters.fetches += 1;
     this.counters.fetchedIds += value.length;
     if (this.settings.onEvent !== undefined) {
@@ -605,7 +613,11 @@ async function refill(client: WeakRef<Client>, waker: Waker): Promise<void> {
  * One round, holding the client only while it runs (so that the wait between rounds does not
  * keep it alive); the tick until the next round, or undefined when the refiller must end.
  */
-async function round(client: WeakRef<Client>, woken: boolean, state: RefillState): Promise<number | undefined> {
+async function round(
+  client: WeakRef<Client>,
+  woken: boolean,
+  state: RefillState,
+): Promise<number | undefined> {
   const c = client.deref();
   if (c === undefined || !(await c.refillRound(woken, state))) {
     return undefined;

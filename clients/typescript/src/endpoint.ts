@@ -103,10 +103,7 @@ export class Health {
    */
   failed(backoff: Backoff, retryAfterMs: number | undefined, error: string, now: number): number {
     this.failures += 1;
-    const pause = Math.max(
-      backoffAfter(backoff, this.failures),
-      Math.min(retryAfterMs ?? 0, backoff.maxMs),
-    );
+    const pause = Math.max(backoffAfter(backoff, this.failures), Math.min(retryAfterMs ?? 0, backoff.maxMs));
     this.downUntil = now + pause;
     this.lastError = error;
     return pause;

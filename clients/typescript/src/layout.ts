@@ -112,8 +112,7 @@ export class Layout implements LayoutFields {
     const s = BigInt(this.sequenceBits);
     const w = BigInt(this.workerBits);
     const d = BigInt(this.datacenterBits);
-    const field = (shift: bigint, bits: bigint): number =>
-      Number((id >> shift) & ((1n << bits) - 1n));
+    const field = (shift: bigint, bits: bigint): number => Number((id >> shift) & ((1n << bits) - 1n));
     const timestampMs = Number(id >> (s + w + d)) + this.epochMs;
     return {
       id,

@@ -15,7 +15,12 @@ export type ClientEvent =
   /** A node answered `ids` IDs in `elapsedMs`. */
   | { readonly type: "fetched"; readonly endpoint: string; readonly ids: number; readonly elapsedMs: number }
   /** A node failed; it is skipped for `retryInMs`. */
-  | { readonly type: "failover"; readonly endpoint: string; readonly error: string; readonly retryInMs: number }
+  | {
+      readonly type: "failover";
+      readonly endpoint: string;
+      readonly error: string;
+      readonly retryInMs: number;
+    }
   /** A node that had failed answered again. */
   | { readonly type: "endpointBack"; readonly endpoint: string }
   /** Prefetched IDs were dropped: older than `maxAge`, or buffered at close. */
@@ -116,7 +121,13 @@ export function settings(options: ClientOptions): Settings {
     prefetch = maxBuffer === 0 ? undefined : { maxAgeMs, maxBuffer, minFetch };
   }
   const initialMs = integer("backoff.initialMs", options.backoff?.initialMs, 1, 60_000, 50);
-  const maxMs = integer("backoff.maxMs", options.backoff?.maxMs, initialMs, 3_600_000, Math.max(5000, initialMs));
+  const maxMs = integer(
+    "backoff.maxMs",
+    options.backoff?.maxMs,
+    initialMs,
+    3_600_000,
+    Math.max(5000, initialMs),
+  );
   if (options.onEvent !== undefined && typeof options.onEvent !== "function") {
     throw new ConfigError("invalid onEvent: expected a function");
   }

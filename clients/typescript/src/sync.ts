@@ -17,13 +17,16 @@ export class Lock {
       return Promise.resolve(true);
     }
     return new Promise((resolve) => {
-      const timer = setTimeout(() => {
-        const i = this.waiters.indexOf(waiter);
-        if (i >= 0) {
-          this.waiters.splice(i, 1);
-        }
-        resolve(false);
-      }, Math.max(0, timeoutMs));
+      const timer = setTimeout(
+        () => {
+          const i = this.waiters.indexOf(waiter);
+          if (i >= 0) {
+            this.waiters.splice(i, 1);
+          }
+          resolve(false);
+        },
+        Math.max(0, timeoutMs),
+      );
       const waiter = (granted: boolean): void => {
         clearTimeout(timer);
         resolve(granted);

@@ -11,7 +11,7 @@ import { after, test } from "node:test";
 import * as grpc from "@grpc/grpc-js";
 import { Client } from "../src/index.js";
 import { serviceDefinition, toIds, type RawNextIds } from "../src/wire.js";
-import { ServeNode, audit, stopAll } from "./support.js";
+import { ServeNode, audit, stopAll, track } from "./support.js";
 
 after(stopAll);
 
@@ -77,69 +77,75 @@ function decimalsFromBytes(bytes: Uint8Array): string[] {
   return out;
 }
 
-test("every ID is a bigint, and String(id) is the server's value, for 1,000,000 IDs above 2^53", { timeout: 240_000 }, async () => {
-  const node = await ServeNode.start({ datacenter: 2, worker: 9 });
-  const total = 1_000_000;
+test(
+  "every ID is a bigint, and String(id) is the server's value, for 1,000,000 IDs above 2^53",
+  { timeout: 240_000 },
+  async () => {
+    const node = await ServeNode.start({ datacenter: 2, worker: 9 });
+    const total = 1_000_000;
 
-  // The client's own path, end to end: types, range, uniqueness and the node's pair.
-  const client = new Client({ endpoints: [node.addr] });
-  const started = Date.now();
-  const ids = await client.nextIds(total);
-  const ended = Date.now();
-  assert.equal(ids.length, total);
-  for (const id of ids) {
-    if (typeof id !== "bigint" || id <= TWO_53) {
-      assert.fail(`${String(id)} (${typeof id}) is not a bigint above 2^53`);
-    }
-  }
-  const single = await client.nextId();
-  assert.equal(typeof single, "bigint");
-  assert.ok(single > ids[ids.length - 1]!, "one node's IDs increase");
-  client.close();
-  const report = audit(ids);
-  assert.equal(report.ids, total);
-  assert.equal(report.duplicates, 0);
-  assert.equal(report.invalid, 0);
-  assert.deepEqual(
-    report.nodes.map((n) => [n.datacenter_id, n.worker_id, n.ids]),
-    [[2, 9, total]],
-    "every ID decodes (in Rust, from its decimal) to the node's pair",
-  );
-  assert.ok(report.time_range!.first_ms >= started - 1 && report.time_range!.last_ms <= ended + 1);
-
-  // The client's conversion against the answer's bytes: the same NextIds answers, read both
-  // ways, give the same decimals.
-  const method = serviceDefinition()["NextIds"]!;
-  const raw = new grpc.Client(node.addr, grpc.credentials.createInsecure());
-  const call = (count: number): Promise<Buffer> =>
-    new Promise((resolve, reject) =>
-      raw.makeUnaryRequest(
-        method.path,
-        method.requestSerialize,
-        (bytes: Buffer) => bytes,
-        { count },
-        { deadline: Date.now() + 10_000 },
-        (error, bytes) => (error || bytes === undefined ? reject(error) : resolve(bytes)),
-      ),
-    );
-  let compared = 0;
-  while (compared < total) {
-    const count = Math.min(4096, total - compared);
-    const bytes = await call(count);
-    const converted = toIds((method.responseDeserialize(bytes) as RawNextIds).ids, count);
-    if (!Array.isArray(converted)) {
-      assert.fail(JSON.stringify(converted));
-    }
-    const expected = decimalsFromBytes(bytes);
-    assert.equal(expected.length, count);
-    for (let i = 0; i < count; i++) {
-      const id: bigint = converted[i]!;
-      if (typeof id !== "bigint" || String(id) !== expected[i] || id <= TWO_53) {
-        assert.fail(`ID ${i} of an answer: the client says ${String(id)} (${typeof id}), the bytes say ${expected[i]}`);
+    // The client's own path, end to end: types, range, uniqueness and the node's pair.
+    const client = track(new Client({ endpoints: [node.addr] }));
+    const started = Date.now();
+    const ids = await client.nextIds(total);
+    const ended = Date.now();
+    assert.equal(ids.length, total);
+    for (const id of ids) {
+      if (typeof id !== "bigint" || id <= TWO_53) {
+        assert.fail(`${String(id)} (${typeof id}) is not a bigint above 2^53`);
       }
     }
-    compared += count;
-  }
-  raw.close();
-  assert.equal(compared, total);
-});
+    const single = await client.nextId();
+    assert.equal(typeof single, "bigint");
+    assert.ok(single > ids[ids.length - 1]!, "one node's IDs increase");
+    client.close();
+    const report = audit(ids);
+    assert.equal(report.ids, total);
+    assert.equal(report.duplicates, 0);
+    assert.equal(report.invalid, 0);
+    assert.deepEqual(
+      report.nodes.map((n) => [n.datacenter_id, n.worker_id, n.ids]),
+      [[2, 9, total]],
+      "every ID decodes (in Rust, from its decimal) to the node's pair",
+    );
+    assert.ok(report.time_range!.first_ms >= started - 1 && report.time_range!.last_ms <= ended + 1);
+
+    // The client's conversion against the answer's bytes: the same NextIds answers, read both
+    // ways, give the same decimals.
+    const method = serviceDefinition()["NextIds"]!;
+    const raw = track(new grpc.Client(node.addr, grpc.credentials.createInsecure()));
+    const call = (count: number): Promise<Buffer> =>
+      new Promise((resolve, reject) =>
+        raw.makeUnaryRequest(
+          method.path,
+          method.requestSerialize,
+          (bytes: Buffer) => bytes,
+          { count },
+          { deadline: Date.now() + 10_000 },
+          (error, bytes) => (error || bytes === undefined ? reject(error) : resolve(bytes)),
+        ),
+      );
+    let compared = 0;
+    while (compared < total) {
+      const count = Math.min(4096, total - compared);
+      const bytes = await call(count);
+      const converted = toIds((method.responseDeserialize(bytes) as RawNextIds).ids, count);
+      if (!Array.isArray(converted)) {
+        assert.fail(JSON.stringify(converted));
+      }
+      const expected = decimalsFromBytes(bytes);
+      assert.equal(expected.length, count);
+      for (let i = 0; i < count; i++) {
+        const id: bigint = converted[i]!;
+        if (typeof id !== "bigint" || String(id) !== expected[i] || id <= TWO_53) {
+          assert.fail(
+            `ID ${i} of an answer: the client says ${String(id)} (${typeof id}), the bytes say ${expected[i]}`,
+          );
+        }
+      }
+      compared += count;
+    }
+    raw.close();
+    assert.equal(compared, total);
+  },
+);

@@ -11,7 +11,7 @@ import { spawnSync } from "node:child_process";
 import { after, test } from "node:test";
 import { setImmediate as yieldToLoop, setTimeout as sleep } from "node:timers/promises";
 import { Client, Closed, Unavailable, type ClientEvent } from "../src/index.js";
-import { ROOT, ServeNode, audit, blackHole, stopAll, twitterTimestampMs } from "./support.js";
+import { ROOT, ServeNode, audit, blackHole, stopAll, twitterTimestampMs, track } from "./support.js";
 
 after(stopAll);
 
@@ -23,18 +23,20 @@ test(
     const b = await ServeNode.start({ worker: 2 });
     const maxAge = 1000;
     const events: Array<{ at: number; event: ClientEvent }> = [];
-    const client = new Client({
-      endpoints: [a.addr, b.addr],
-      prefetch: true,
-      maxAge,
-      deadlineMs: 300,
-      backoff: { initialMs: 50, maxMs: 500 },
-      onEvent: (event) => {
-        if (event.type !== "fetched") {
-          events.push({ at: performance.now(), event });
-        }
-      },
-    });
+    const client = track(
+      new Client({
+        endpoints: [a.addr, b.addr],
+        prefetch: true,
+        maxAge,
+        deadlineMs: 300,
+        backoff: { initialMs: 50, maxMs: 500 },
+        onEvent: (event) => {
+          if (event.type !== "fetched") {
+            events.push({ at: performance.now(), event });
+          }
+        },
+      }),
+    );
     const total = 1_000_000;
     // Paced, and yielding to the event loop between slices as a server does between requests,
     // so that the refiller's fetches are answered while IDs are taken.
@@ -103,58 +105,66 @@ test(
       JSON.stringify(failovers.slice(0, 3)),
     );
     assert.equal(stats.servedFromBuffer + stats.servedDirect, total, JSON.stringify(stats));
-    assert.ok(stats.servedFromBuffer > total * 0.9, `most IDs came from the buffer: ${JSON.stringify(stats)}`);
+    assert.ok(
+      stats.servedFromBuffer > total * 0.9,
+      `most IDs came from the buffer: ${JSON.stringify(stats)}`,
+    );
     const report = audit(ids);
     assert.equal(report.ids, total);
     assert.equal(report.duplicates, 0, "0 duplicates (snowflake audit)");
     assert.equal(report.invalid, 0);
-    assert.deepEqual(
-      report.nodes.map((node) => node.worker_id).sort(),
-      [1, 2],
-      "both nodes served",
-    );
+    assert.deepEqual(report.nodes.map((node) => node.worker_id).sort(), [1, 2], "both nodes served");
   },
 );
 
-test("every node frozen, then gone: Unavailable within giveUpAfterMs (2 s) ± 0.5 s", { timeout: 60_000 }, async () => {
-  const a = await ServeNode.start({ worker: 3 });
-  const b = await ServeNode.start({ worker: 4 });
-  const endpoints = [a.addr, b.addr];
-  const plain = new Client({ endpoints, deadlineMs: 300, giveUpAfterMs: 2000 });
-  const prefetching = new Client({ endpoints, deadlineMs: 300, giveUpAfterMs: 2000, prefetch: true, maxAge: 200 });
-  await plain.nextId();
-  await prefetching.nextId();
-  const within = async (client: Client, reason: RegExp): Promise<void> => {
-    const started = performance.now();
-    const error = await client.nextId().then(
-      (id) => assert.fail(`an ID ${id} from nodes that cannot serve`),
-      (e: unknown) => e,
+test(
+  "every node frozen, then gone: Unavailable within giveUpAfterMs (2 s) ± 0.5 s",
+  { timeout: 60_000 },
+  async () => {
+    const a = await ServeNode.start({ worker: 3 });
+    const b = await ServeNode.start({ worker: 4 });
+    const endpoints = [a.addr, b.addr];
+    const plain = track(new Client({ endpoints, deadlineMs: 300, giveUpAfterMs: 2000 }));
+    const prefetching = track(
+      new Client({ endpoints, deadlineMs: 300, giveUpAfterMs: 2000, prefetch: true, maxAge: 200 }),
     );
-    const took = performance.now() - started;
-    assert.ok(error instanceof Unavailable, String(error));
-    assert.ok(took >= 1500 && took <= 2500, `failed after ${took.toFixed(0)} ms, not 2000 ± 500`);
-    assert.match(error.message, reason);
-    assert.deepEqual(error.failures.map((f) => f.endpoint), endpoints);
-  };
-  a.signal("SIGSTOP");
-  b.signal("SIGSTOP");
-  // What the prefetching client bought goes stale meanwhile (maxAge 200 ms).
-  await sleep(300);
-  await within(plain, /no answer within \d+ ms/);
-  await within(prefetching, /no answer within \d+ ms|not tried/);
-  assert.ok(prefetching.stats().bufferMisses >= 1);
-  await a.stop();
-  await b.stop();
-  await within(plain, /ECONNREFUSED|Unavailable/);
-  await within(prefetching, /ECONNREFUSED|Unavailable|no answer/);
-  plain.close();
-  prefetching.close();
-});
+    await plain.nextId();
+    await prefetching.nextId();
+    const within = async (client: Client, reason: RegExp): Promise<void> => {
+      const started = performance.now();
+      const error = await client.nextId().then(
+        (id) => assert.fail(`an ID ${id} from nodes that cannot serve`),
+        (e: unknown) => e,
+      );
+      const took = performance.now() - started;
+      assert.ok(error instanceof Unavailable, String(error));
+      assert.ok(took >= 1500 && took <= 2500, `failed after ${took.toFixed(0)} ms, not 2000 ± 500`);
+      assert.match(error.message, reason);
+      assert.deepEqual(
+        error.failures.map((f) => f.endpoint),
+        endpoints,
+      );
+    };
+    a.signal("SIGSTOP");
+    b.signal("SIGSTOP");
+    // What the prefetching client bought goes stale meanwhile (maxAge 200 ms).
+    await sleep(300);
+    await within(plain, /no answer within \d+ ms/);
+    await within(prefetching, /no answer within \d+ ms|not tried/);
+    assert.ok(prefetching.stats().bufferMisses >= 1);
+    await a.stop();
+    await b.stop();
+    await within(plain, /ECONNREFUSED|Unavailable/);
+    await within(prefetching, /ECONNREFUSED|Unavailable|no answer/);
+    plain.close();
+    prefetching.close();
+  },
+);
 
 test("a node that accepts and never answers: the deadline holds", { timeout: 60_000 }, async () => {
   const hole = await blackHole();
   const real = await ServeNode.start({ worker: 5 });
-  const client = new Client({ endpoints: [hole.addr, real.addr], deadlineMs: 200 });
+  const client = track(new Client({ endpoints: [hole.addr, real.addr], deadlineMs: 200 }));
   let slowest = 0;
   for (let i = 0; i < 20; i++) {
     const started = performance.now();
@@ -167,22 +177,27 @@ test("a node that accepts and never answers: the deadline holds", { timeout: 60_
   client.close();
 
   // With the black hole alone, a call fails when it said it would, with the reason.
-  const alone = new Client({ endpoints: [hole.addr], deadlineMs: 200, giveUpAfterMs: 1000 });
+  const alone = track(new Client({ endpoints: [hole.addr], deadlineMs: 200, giveUpAfterMs: 1000 }));
   let started = performance.now();
-  await assert.rejects(alone.nextIds(10), (e: unknown) => e instanceof Unavailable && /: no answer within 200 ms/.test(e.message));
+  await assert.rejects(
+    alone.nextIds(10),
+    (e: unknown) => e instanceof Unavailable && /: no answer within \d+ ms/.test(e.message),
+  );
   let took = performance.now() - started;
   assert.ok(took >= 900 && took < 1500, `${took.toFixed(0)} ms`);
   alone.close();
 
   // With prefetch: the refiller's fetch at the black hole holds the fetch lock, and a taker
   // that finds the buffer empty still fails within its one giveUpAfterMs.
-  const prefetching = new Client({
-    endpoints: [hole.addr],
-    deadlineMs: 200,
-    giveUpAfterMs: 1000,
-    backoff: { initialMs: 1, maxMs: 1 },
-    prefetch: true,
-  });
+  const prefetching = track(
+    new Client({
+      endpoints: [hole.addr],
+      deadlineMs: 200,
+      giveUpAfterMs: 1000,
+      backoff: { initialMs: 1, maxMs: 1 },
+      prefetch: true,
+    }),
+  );
   await sleep(300);
   started = performance.now();
   await assert.rejects(prefetching.nextId(), (e: unknown) => e instanceof Unavailable);
@@ -200,59 +215,74 @@ test("a node that accepts and never answers: the deadline holds", { timeout: 60_
   await hole.close();
 });
 
-test("a node that answers UNAVAILABLE with retry-after is skipped that long while the other serves", { timeout: 60_000 }, async () => {
-  // A node killed without a clean shutdown restarts behind its reservation (--reserve-ms): with
-  // --request-timeout-ms 50 it refuses requests with UNAVAILABLE and retry-after meanwhile.
-  const flags = ["--reserve-ms", "5000", "--request-timeout-ms", "50"];
-  const a = await ServeNode.start({ worker: 6, args: flags });
-  const b = await ServeNode.start({ worker: 7 });
-  const failovers: Array<{ at: number; retryInMs: number; error: string }> = [];
-  const client = new Client({
-    endpoints: [a.addr, b.addr],
-    deadlineMs: 1000,
-    backoff: { initialMs: 50, maxMs: 5000 },
-    onEvent: (e) => {
-      if (e.type === "failover" && e.endpoint === a.addr) {
-        failovers.push({ at: performance.now(), retryInMs: e.retryInMs, error: e.error });
-      }
-    },
-  });
-  await client.nextIds(2);
-  const port = a.port;
-  await a.kill();
-  const restarted = await ServeNode.start({ worker: 6, grpcPort: port, stateDir: a.stateDir, args: flags });
-  const ids: bigint[] = [];
-  const until = performance.now() + 3000;
-  while (performance.now() < until) {
-    ids.push(await client.nextId());
-    await sleep(5);
-  }
-  client.close();
-  await restarted.stop();
-  const refusals = failovers.filter((f) => f.error.startsWith("Unavailable: restarted with the clock behind"));
-  assert.ok(refusals.length >= 1, JSON.stringify(failovers));
-  // retry-after is whole seconds, at least 1: the node is skipped at least 1 s, far above the
-  // 50 ms backoff, and not asked again before.
-  for (const f of refusals) {
-    assert.ok(f.retryInMs >= 1000, JSON.stringify(f));
-  }
-  for (let i = 1; i < refusals.length; i++) {
-    assert.ok(refusals[i]!.at - refusals[i - 1]!.at >= 990, JSON.stringify(refusals));
-  }
-  assert.equal(new Set(ids).size, ids.length);
-});
+test(
+  "a node that answers UNAVAILABLE with retry-after is skipped that long while the other serves",
+  { timeout: 60_000 },
+  async () => {
+    // A node killed without a clean shutdown restarts behind its reservation (--reserve-ms): with
+    // --request-timeout-ms 50 it refuses requests with UNAVAILABLE and retry-after meanwhile.
+    const flags = ["--reserve-ms", "5000", "--request-timeout-ms", "50"];
+    const a = await ServeNode.start({ worker: 6, args: flags });
+    const b = await ServeNode.start({ worker: 7 });
+    const failovers: Array<{ at: number; retryInMs: number; error: string }> = [];
+    const client = track(
+      new Client({
+        endpoints: [a.addr, b.addr],
+        deadlineMs: 1000,
+        backoff: { initialMs: 50, maxMs: 5000 },
+        onEvent: (e) => {
+          if (e.type === "failover" && e.endpoint === a.addr) {
+            failovers.push({ at: performance.now(), retryInMs: e.retryInMs, error: e.error });
+          }
+        },
+      }),
+    );
+    await client.nextIds(2);
+    const port = a.port;
+    await a.kill();
+    const restarted = await ServeNode.start({ worker: 6, grpcPort: port, stateDir: a.stateDir, args: flags });
+    const ids: bigint[] = [];
+    const until = performance.now() + 3000;
+    while (performance.now() < until) {
+      ids.push(await client.nextId());
+      await sleep(5);
+    }
+    client.close();
+    await restarted.stop();
+    const refusals = failovers.filter((f) =>
+      f.error.startsWith("Unavailable: restarted with the clock behind"),
+    );
+    assert.ok(refusals.length >= 1, JSON.stringify(failovers));
+    // retry-after is whole seconds, at least 1: the node is skipped at least 1 s, far above the
+    // 50 ms backoff, and not asked again before.
+    for (const f of refusals) {
+      assert.ok(f.retryInMs >= 1000, JSON.stringify(f));
+    }
+    for (let i = 1; i < refusals.length; i++) {
+      assert.ok(refusals[i]!.at - refusals[i - 1]!.at >= 990, JSON.stringify(refusals));
+    }
+    assert.equal(new Set(ids).size, ids.length);
+  },
+);
 
-test("a program that never closes its client still exits when its work is done", { timeout: 60_000 }, async () => {
-  const node = await ServeNode.start({ worker: 8 });
-  const script = `
+test(
+  "a program that never closes its client still exits when its work is done",
+  { timeout: 60_000 },
+  async () => {
+    const node = await ServeNode.start({ worker: 8 });
+    const script = `
     import { Client } from ${JSON.stringify(`${ROOT}/clients/typescript/dist/src/index.js`)};
     const plain = new Client({ endpoints: [${JSON.stringify(node.addr)}] });
     const prefetching = new Client({ endpoints: [${JSON.stringify(node.addr)}], prefetch: true });
     console.log(String(await plain.nextId()), String(await prefetching.nextId()));
   `;
-  const started = performance.now();
-  const out = spawnSync(process.execPath, ["--input-type=module", "-e", script], { encoding: "utf8", timeout: 30_000 });
-  assert.equal(out.status, 0, out.stderr);
-  assert.match(out.stdout, /^\d+ \d+\n$/);
-  assert.ok(performance.now() - started < 15_000);
-});
+    const started = performance.now();
+    const out = spawnSync(process.execPath, ["--input-type=module", "-e", script], {
+      encoding: "utf8",
+      timeout: 30_000,
+    });
+    assert.equal(out.status, 0, out.stderr);
+    assert.match(out.stdout, /^\d+ \d+\n$/);
+    assert.ok(performance.now() - started < 15_000);
+  },
+);

@@ -161,8 +161,21 @@ export class ServeNode {
   }
 }
 
-/** Stops every node still running (for `after`). */
+/** Things to close at the end of the test file, whether its tests passed or not. */
+const closing = new Set<{ close(): unknown }>();
+
+/** `thing`, closed by {@link stopAll} (a failed assertion must not leave a client retrying). */
+export function track<T extends { close(): unknown }>(thing: T): T {
+  closing.add(thing);
+  return thing;
+}
+
+/** Closes what was tracked and stops every node still running (for `after`). */
 export async function stopAll(): Promise<void> {
+  for (const thing of closing) {
+    await thing.close();
+  }
+  closing.clear();
   await Promise.all([...running].map((node) => node.stop()));
 }
 
@@ -207,7 +220,7 @@ export async function blackHole(): Promise<{ addr: string; close: () => Promise<
   if (address === null || typeof address === "string") {
     throw new Error("no address");
   }
-  return {
+  return track({
     addr: `127.0.0.1:${address.port}`,
     close: () =>
       new Promise<void>((resolve) => {
@@ -216,7 +229,7 @@ export async function blackHole(): Promise<{ addr: string; close: () => Promise<
         }
         server.close(() => resolve());
       }),
-  };
+  });
 }
 
 /** Runs openssl in `dir`; fails with what it printed. */
@@ -237,12 +250,40 @@ function openssl(dir: string, ...args: string[]): void {
 export function makeCerts(): { dir: string; path: (name: string) => string } {
   const dir = tempDir("snowflake-ts-certs-");
   const ca = (name: string, cn: string): void =>
-    openssl(dir, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", `${name}.key`,
-      "-out", `${name}.crt`, "-days", "2", "-subj", `/CN=${cn}`,
-      "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign,cRLSign");
+    openssl(
+      dir,
+      "req",
+      "-x509",
+      "-newkey",
+      "rsa:2048",
+      "-nodes",
+      "-keyout",
+      `${name}.key`,
+      "-out",
+      `${name}.crt`,
+      "-days",
+      "2",
+      "-subj",
+      `/CN=${cn}`,
+      "-addext",
+      "basicConstraints=critical,CA:TRUE",
+      "-addext",
+      "keyUsage=critical,keyCertSign,cRLSign",
+    );
   const issue = (name: string, cn: string, caName: string, server: boolean): void => {
-    openssl(dir, "req", "-newkey", "rsa:2048", "-nodes", "-keyout", `${name}.key`, "-out", `${name}.csr`,
-      "-subj", `/CN=${cn}`);
+    openssl(
+      dir,
+      "req",
+      "-newkey",
+      "rsa:2048",
+      "-nodes",
+      "-keyout",
+      `${name}.key`,
+      "-out",
+      `${name}.csr`,
+      "-subj",
+      `/CN=${cn}`,
+    );
     writeFileSync(
       join(dir, `${name}.ext`),
       server
@@ -250,8 +291,24 @@ export function makeCerts(): { dir: string; path: (name: string) => string } {
             "keyUsage=critical,digitalSignature,keyEncipherment\n"
         : "extendedKeyUsage=clientAuth\nkeyUsage=critical,digitalSignature,keyEncipherment\n",
     );
-    openssl(dir, "x509", "-req", "-in", `${name}.csr`, "-CA", `${caName}.crt`, "-CAkey", `${caName}.key`,
-      "-CAcreateserial", "-out", `${name}.crt`, "-days", "2", "-extfile", `${name}.ext`);
+    openssl(
+      dir,
+      "x509",
+      "-req",
+      "-in",
+      `${name}.csr`,
+      "-CA",
+      `${caName}.crt`,
+      "-CAkey",
+      `${caName}.key`,
+      "-CAcreateserial",
+      "-out",
+      `${name}.crt`,
+      "-days",
+      "2",
+      "-extfile",
+      `${name}.ext`,
+    );
   };
   ca("ca", "snowflake-ts-test-ca");
   issue("server", "snowflake-ts-node", "ca", true);

@@ -9,7 +9,15 @@ import assert from "node:assert/strict";
 import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { test } from "node:test";
-import { Client, ConfigError, InvalidArgument, Layout, SnowflakeError, Unavailable, tlsFromFiles } from "../src/index.js";
+import {
+  Client,
+  ConfigError,
+  InvalidArgument,
+  Layout,
+  SnowflakeError,
+  Unavailable,
+  tlsFromFiles,
+} from "../src/index.js";
 import { Health, backoffAfter, parseEndpoint } from "../src/endpoint.js";
 import { Buffer as IdBuffer } from "../src/prefetch.js";
 import { PROTO_FILE, PROTO_ROOT, codeName, retryAfterMs } from "../src/wire.js";
@@ -27,7 +35,10 @@ test("the .proto shipped in the package is the repository's (scripts/check-proto
 
 test("endpoints are checked, with the reason and the expected shape", () => {
   assert.deepEqual(parseEndpoint("127.0.0.1:50051", false), { target: "127.0.0.1:50051", host: "127.0.0.1" });
-  assert.deepEqual(parseEndpoint("ids.example:443", true), { target: "ids.example:443", host: "ids.example" });
+  assert.deepEqual(parseEndpoint("ids.example:443", true), {
+    target: "ids.example:443",
+    host: "ids.example",
+  });
   assert.deepEqual(parseEndpoint("https://[::1]:8443/", true), { target: "[::1]:8443", host: "::1" });
   assert.deepEqual(parseEndpoint("http://h:1", false), { target: "h:1", host: "h" });
   for (const [bad, why] of [
@@ -43,7 +54,8 @@ test("endpoints are checked, with the reason and the expected shape", () => {
   ] as const) {
     assert.throws(
       () => parseEndpoint(bad, false),
-      (e: unknown) => e instanceof ConfigError && e.message.includes(why) && e.message.includes("expected HOST:PORT"),
+      (e: unknown) =>
+        e instanceof ConfigError && e.message.includes(why) && e.message.includes("expected HOST:PORT"),
       bad,
     );
   }
@@ -147,18 +159,45 @@ test("layouts decode IDs, and bad widths or IDs are refused with the range", () 
   assert.equal(twitter.maxId, (1n << 63n) - 1n);
   const big = twitter.decode((1n << 63n) - 1n);
   assert.deepEqual([big.datacenterId, big.workerId, big.sequence], [31, 31, 4095]);
-  assert.throws(() => twitter.decode(-1n), (e: unknown) => e instanceof InvalidArgument && /invalid id -1: expected 0..=9223372036854775807/.test(e.message));
-  const jsSafe = new Layout({ name: "js-safe", timestampBits: 41, datacenterBits: 2, workerBits: 4, sequenceBits: 6, epochMs: 1288834974657 });
+  assert.throws(
+    () => twitter.decode(-1n),
+    (e: unknown) =>
+      e instanceof InvalidArgument && /invalid id -1: expected 0..=9223372036854775807/.test(e.message),
+  );
+  const jsSafe = new Layout({
+    name: "js-safe",
+    timestampBits: 41,
+    datacenterBits: 2,
+    workerBits: 4,
+    sequenceBits: 6,
+    epochMs: 1288834974657,
+  });
   assert.equal(jsSafe.maxId, 2n ** 53n - 1n);
   const f = jsSafe.decode((5n << 12n) | (3n << 10n) | (9n << 6n) | 7n);
   assert.deepEqual([f.timestampMs - 1288834974657, f.datacenterId, f.workerId, f.sequence], [5, 3, 9, 7]);
   assert.throws(() => jsSafe.decode(1n << 53n), /under the layout js-safe/);
   assert.throws(
-    () => new Layout({ name: "custom:29,5,5,12", timestampBits: 29, datacenterBits: 5, workerBits: 5, sequenceBits: 12, epochMs: 0 }),
+    () =>
+      new Layout({
+        name: "custom:29,5,5,12",
+        timestampBits: 29,
+        datacenterBits: 5,
+        workerBits: 5,
+        sequenceBits: 12,
+        epochMs: 0,
+      }),
     /timestamp bits >= 30/,
   );
   assert.throws(
-    () => new Layout({ name: "x", timestampBits: 41, datacenterBits: 0, workerBits: 0, sequenceBits: 12, epochMs: 0 }),
+    () =>
+      new Layout({
+        name: "x",
+        timestampBits: 41,
+        datacenterBits: 0,
+        workerBits: 0,
+        sequenceBits: 12,
+        epochMs: 0,
+      }),
     /datacenter \+ worker bits >= 1/,
   );
 });
@@ -172,15 +211,25 @@ test("wrong options are refused with the option, the value and the range", () =>
     [{ endpoints: ["h:1"], giveUpAfterMs: 1.5 }, /invalid giveUpAfterMs 1.5/],
     [{ endpoints: ["h:1"], maxAge: -1 }, /invalid maxAge -1/],
     [{ endpoints: ["h:1"], prefetch: -3 }, /invalid prefetch -3: expected an integer in 0..=10000000/],
-    [{ endpoints: ["h:1"], maxIdsPerCall: 100_001 }, /invalid maxIdsPerCall 100001: expected an integer in 1..=100000/],
-    [{ endpoints: ["h:1"], backoff: { initialMs: 100, maxMs: 50 } }, /invalid backoff.maxMs 50: expected an integer in 100..=3600000/],
+    [
+      { endpoints: ["h:1"], maxIdsPerCall: 100_001 },
+      /invalid maxIdsPerCall 100001: expected an integer in 1..=100000/,
+    ],
+    [
+      { endpoints: ["h:1"], backoff: { initialMs: 100, maxMs: 50 } },
+      /invalid backoff.maxMs 50: expected an integer in 100..=3600000/,
+    ],
     [{ endpoints: ["h:1"], maxAgeMs: 5 }, /unknown option "maxAgeMs"/],
     [{ endpoints: ["h:1"], tls: { ca: "not pem" } }, /the CA: no certificate in it/],
   ];
   for (const [options, message] of bad) {
     assert.throws(
       () => new Client(options as never),
-      (e: unknown) => e instanceof ConfigError && e instanceof SnowflakeError && e.code === "config" && message.test(e.message),
+      (e: unknown) =>
+        e instanceof ConfigError &&
+        e instanceof SnowflakeError &&
+        e.code === "config" &&
+        message.test(e.message),
       String(message),
     );
   }
@@ -188,24 +237,47 @@ test("wrong options are refused with the option, the value and the range", () =>
 
 test("TLS files are checked: a missing file, a certificate without its key, a key of another certificate", () => {
   const certs = makeCerts();
-  assert.throws(() => tlsFromFiles({ ca: "/nonexistent/ca.crt" }), /the CA file \/nonexistent\/ca.crt: ENOENT/);
+  assert.throws(
+    () => tlsFromFiles({ ca: "/nonexistent/ca.crt" }),
+    /the CA file \/nonexistent\/ca.crt: ENOENT/,
+  );
   const notPem = join(tempDir(), "x.pem");
   writeFileSync(notPem, "hello");
   assert.throws(() => tlsFromFiles({ ca: notPem }), /the CA file .*x.pem: no certificate in it/);
-  assert.throws(() => tlsFromFiles({ ca: certs.path("ca.crt"), cert: certs.path("client.crt") }), /needs both a client certificate/);
   assert.throws(
-    () => tlsFromFiles({ ca: certs.path("ca.crt"), cert: certs.path("client.crt"), key: certs.path("server.key") }),
+    () => tlsFromFiles({ ca: certs.path("ca.crt"), cert: certs.path("client.crt") }),
+    /needs both a client certificate/,
+  );
+  assert.throws(
+    () =>
+      tlsFromFiles({
+        ca: certs.path("ca.crt"),
+        cert: certs.path("client.crt"),
+        key: certs.path("server.key"),
+      }),
     /the client key file .*server.key does not go with the client certificate file .*client.crt/,
   );
   assert.throws(
-    () => tlsFromFiles({ ca: certs.path("ca.crt"), cert: certs.path("client.crt"), key: certs.path("client.crt") }),
+    () =>
+      tlsFromFiles({
+        ca: certs.path("ca.crt"),
+        cert: certs.path("client.crt"),
+        key: certs.path("client.crt"),
+      }),
     /the client key file .*client.crt: not a PEM private key/,
   );
-  const good = tlsFromFiles({ ca: certs.path("ca.crt"), cert: certs.path("client.crt"), key: certs.path("client.key") });
+  const good = tlsFromFiles({
+    ca: certs.path("ca.crt"),
+    cert: certs.path("client.crt"),
+    key: certs.path("client.key"),
+  });
   const client = new Client({ endpoints: ["127.0.0.1:1"], tls: good });
   client.close();
   // TLS settings with an http:// endpoint are a contradiction.
-  assert.throws(() => new Client({ endpoints: ["http://127.0.0.1:1"], tls: good }), /an http:\/\/ endpoint with TLS settings/);
+  assert.throws(
+    () => new Client({ endpoints: ["http://127.0.0.1:1"], tls: good }),
+    /an http:\/\/ endpoint with TLS settings/,
+  );
 });
 
 test("a client with no reachable node fails in time, naming each node's failure", async () => {
@@ -220,14 +292,23 @@ test("a client with no reachable node fails in time, naming each node's failure"
     assert.ok(e instanceof Unavailable, String(e));
     assert.equal(e.code, "unavailable");
     assert.match(e.message, /^no endpoint could serve within \d+ ms: 127\.0\.0\.1:1: .+; 127\.0\.0\.1:2: .+/);
-    assert.deepEqual(e.failures.map((f) => f.endpoint), ["127.0.0.1:1", "127.0.0.1:2"]);
+    assert.deepEqual(
+      e.failures.map((f) => f.endpoint),
+      ["127.0.0.1:1", "127.0.0.1:2"],
+    );
     return true;
   });
   const took = performance.now() - started;
   assert.ok(took >= 350 && took < 3000, `${took} ms`);
   // At least one attempt each, unless the first took the whole time (a loaded machine).
   assert.ok(client.stats().failovers >= 1, JSON.stringify(client.stats()));
-  await assert.rejects(client.nextIds(0), (e: unknown) => e instanceof InvalidArgument && !e.fromService && /invalid count 0: expected 1..=1000000/.test(e.message));
+  await assert.rejects(
+    client.nextIds(0),
+    (e: unknown) =>
+      e instanceof InvalidArgument &&
+      !e.fromService &&
+      /invalid count 0: expected 1..=1000000/.test(e.message),
+  );
   await assert.rejects(client.nextIds(1.5), /invalid count 1.5/);
   await assert.rejects(client.range(Number.NaN, 1), /invalid from NaN: expected Unix milliseconds/);
   client.close();
