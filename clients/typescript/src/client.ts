@@ -647,5 +647,7 @@ function layoutOf(raw: RawInfo): Layout {
     workerBits: l.worker_bits,
     sequenceBits: l.sequence_bits,
     epochMs: Number(l.epoch_ms),
+    // 0 is proto3's unset: the widths say it then.
+    ...(BigInt(l.max_id) > 0n ? { maxId: BigInt(l.max_id) } : {}),
   });
 }

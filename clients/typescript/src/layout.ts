@@ -37,6 +37,8 @@ export interface LayoutFields {
   readonly sequenceBits: number;
   /** The epoch, Unix milliseconds. */
   readonly epochMs: number;
+  /** The largest ID, when the service says it (at most what the widths hold; that by default). */
+  readonly maxId?: bigint;
 }
 
 /** A layout, checked (SPEC §9): T ≥ 30, S ≥ 1, D + W ≥ 1, T + D + W + S ≤ 63. */
@@ -85,7 +87,14 @@ export class Layout implements LayoutFields {
     this.workerBits = w;
     this.sequenceBits = s;
     this.epochMs = fields.epochMs;
-    this.maxId = (1n << BigInt(t + d + w + s)) - 1n;
+    const widest = (1n << BigInt(t + d + w + s)) - 1n;
+    if (fields.maxId !== undefined && (fields.maxId < 0n || fields.maxId > widest)) {
+      throw new InvalidArgument(
+        `invalid layout ${JSON.stringify(fields.name)} (${widths}): max id ${fields.maxId} not in 0..=${widest}`,
+        false,
+      );
+    }
+    this.maxId = fields.maxId ?? widest;
   }
 
   /** Twitter's widths (41 | 5 | 5 | 12) with `epochMs` (Twitter's by default). */

@@ -176,6 +176,14 @@ test("layouts decode IDs, and bad widths or IDs are refused with the range", () 
   const f = jsSafe.decode((5n << 12n) | (3n << 10n) | (9n << 6n) | 7n);
   assert.deepEqual([f.timestampMs - 1288834974657, f.datacenterId, f.workerId, f.sequence], [5, 3, 9, 7]);
   assert.throws(() => jsSafe.decode(1n << 53n), /under the layout js-safe/);
+  // A max ID from the service: at most what the widths hold.
+  const capped = new Layout({ ...jsSafe, maxId: 1000n });
+  assert.equal(capped.decode(1000n).sequence, 1000 & 63);
+  assert.throws(() => capped.decode(1001n), /invalid id 1001: expected 0..=1000 under the layout js-safe/);
+  assert.throws(
+    () => new Layout({ ...jsSafe, maxId: 1n << 53n }),
+    /max id 9007199254740992 not in 0..=9007199254740991/,
+  );
   assert.throws(
     () =>
       new Layout({
