@@ -151,6 +151,8 @@ export class Client {
     discarded: 0,
     bufferMisses: 0,
   };
+  /** Whether onEvent threw already (it is reported once). */
+  private observerFailed = false;
   /** The layout, once a node told it. */
   private layoutAnswer: Promise<Layout> | undefined;
 
@@ -354,7 +356,19 @@ export class Client {
   }
 
   private event(event: ClientEvent): void {
-    this.settings.onEvent?.(event);
+    const onEvent = this.settings.onEvent;
+    if (onEvent === undefined) {
+      return;
+    }
+    try {
+      onEvent(event);
+    } catch (e) {
+      // An observer's bug must not fail a call (or stop the refiller): reported once.
+      if (!this.observerFailed) {
+        this.observerFailed = true;
+        process.emitWarning(`snowflake-client: onEvent threw (reported once): ${String(e)}`);
+      }
+    }
   }
 
   private discarded(ids: number): void {

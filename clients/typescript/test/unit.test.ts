@@ -321,4 +321,15 @@ test("a client with no reachable node fails in time, naming each node's failure"
   await assert.rejects(client.range(Number.NaN, 1), /invalid from NaN: expected Unix milliseconds/);
   client.close();
   await assert.rejects(client.nextId(), (e: unknown) => e instanceof SnowflakeError && e.code === "closed");
+
+  // An onEvent that throws does not change what a call does.
+  const throwing = new Client({
+    endpoints: ["127.0.0.1:1"],
+    giveUpAfterMs: 200,
+    onEvent: () => {
+      throw new Error("observer bug");
+    },
+  });
+  await assert.rejects(throwing.nextId(), (e: unknown) => e instanceof Unavailable);
+  throwing.close();
 });
