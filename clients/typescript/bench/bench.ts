@@ -28,15 +28,31 @@ const { values } = parseArgs({
   options: {
     secs: { type: "string", default: "5" },
     rate: { type: "string", default: "100000" },
+    rounds: { type: "string", default: "3" },
     endpoint: { type: "string" },
   },
 });
 const secs = Number(values.secs);
 const rate = Number(values.rate);
-if (!(secs > 0 && secs <= 600) || !(rate >= 1 && rate <= 10_000_000)) {
-  console.error(`invalid --secs ${values.secs} (0..=600) or --rate ${values.rate} (1..=10000000)`);
+const rounds = Number(values.rounds);
+if (
+  !(secs > 0 && secs <= 600) ||
+  !(rate >= 1 && rate <= 10_000_000) ||
+  !(Number.isInteger(rounds) && rounds >= 1 && rounds <= 100)
+) {
+  console.error(
+    `invalid --secs ${values.secs} (0..=600), --rate ${values.rate} (1..=10000000) or --rounds ${values.rounds} (1..=100)`,
+  );
   process.exit(2);
 }
+
+/** Each measurement's values over the rounds, in the order first recorded. */
+const results = new Map<string, number[]>();
+const record = (name: string, value: number): void => {
+  const values = results.get(name) ?? [];
+  values.push(value);
+  results.set(name, values);
+};
 
 /** Percentile `q` (0..1) of sorted `xs`. */
 const quantile = (xs: Float64Array, q: number): number =>
@@ -132,81 +148,98 @@ async function paced(client: Client, perSecond: number, seconds: number) {
   return { sorted, achieved, misses: client.stats().bufferMisses - missesBefore, calls };
 }
 
+/** One round of every measurement against the node at `addr`. */
+async function round(addr: string): Promise<void> {
+  const prefetched = new Client({ endpoints: [addr], prefetch: true, maxAge: 1000 });
+  // Warm: the first fill done, the rate seen, the code compiled.
+  const warm = performance.now() + 500;
+  while (performance.now() < warm) {
+    for (let i = 0; i < 100; i++) {
+      await prefetched.nextId();
+    }
+    await yieldToLoop();
+  }
+  const p = await paced(prefetched, rate, secs);
+  const paced_ = `nextId() with prefetch, paced at ${fmt(rate)} IDs/s`;
+  record(`${paced_}: p50 ns`, quantile(p.sorted, 0.5));
+  record(`${paced_}: p99 ns`, quantile(p.sorted, 0.99));
+  record(`${paced_}: p99.9 ns`, quantile(p.sorted, 0.999));
+  record(`${paced_}: max ns`, p.sorted[p.sorted.length - 1]!);
+  record(`${paced_}: achieved IDs/s`, p.achieved);
+  record(`${paced_}: calls that waited for a refill`, p.misses);
+
+  let n = 0;
+  let started = performance.now();
+  while (performance.now() - started < secs * 1000) {
+    for (let i = 0; i < 1000; i++) {
+      await prefetched.nextId();
+    }
+    n += 1000;
+    await yieldToLoop();
+  }
+  record(
+    "nextId() with prefetch, one loop as fast as it goes (yielding every 1,000): IDs/s",
+    n / ((performance.now() - started) / 1000),
+  );
+  prefetched.close();
+
+  const direct = new Client({ endpoints: [addr] });
+  await direct.nextId();
+  const trips: number[] = [];
+  started = performance.now();
+  while (performance.now() - started < secs * 1000) {
+    const t = performance.now();
+    await direct.nextId();
+    trips.push((performance.now() - t) * 1e6);
+  }
+  const elapsed = (performance.now() - started) / 1000;
+  const sortedTrips = Float64Array.from(trips).sort();
+  const trip = "nextId() without prefetch, one call at a time (a NextId round trip each)";
+  record(`${trip}: p50 ns`, quantile(sortedTrips, 0.5));
+  record(`${trip}: p99 ns`, quantile(sortedTrips, 0.99));
+  record(`${trip}: IDs/s`, trips.length / elapsed);
+
+  const inFlight = 64;
+  let done = 0;
+  started = performance.now();
+  const until = started + secs * 1000;
+  await Promise.all(
+    Array.from({ length: inFlight }, async () => {
+      while (performance.now() < until) {
+        await direct.nextId();
+        done += 1;
+      }
+    }),
+  );
+  record(
+    `nextId() without prefetch, ${inFlight} calls in flight: IDs/s`,
+    done / ((performance.now() - started) / 1000),
+  );
+  direct.close();
+}
+
 async function main(): Promise<void> {
   const node = values.endpoint === undefined ? await startNode() : { addr: values.endpoint, stop: () => {} };
-  const load = loadavg()
-    .map((x) => x.toFixed(2))
-    .join(" ");
+  const load = (): string =>
+    loadavg()
+      .map((x) => x.toFixed(2))
+      .join(" ");
   console.log(
-    `node ${process.version}, ${cpus().length} CPUs (${cpus()[0]?.model ?? "?"}), load ${load}; server ${node.addr}`,
+    `node ${process.version}, ${cpus().length} CPUs (${cpus()[0]?.model ?? "?"}), load ${load()}; ` +
+      `server ${node.addr}; ${rounds} rounds of ${secs} s per measurement`,
   );
   try {
-    const prefetched = new Client({ endpoints: [node.addr], prefetch: true, maxAge: 1000 });
-    // Warm: the first fill done, the rate seen, the code compiled.
-    const warm = performance.now() + 500;
-    while (performance.now() < warm) {
-      for (let i = 0; i < 100; i++) {
-        await prefetched.nextId();
-      }
-      await yieldToLoop();
+    for (let r = 1; r <= rounds; r++) {
+      await round(node.addr);
+      console.error(`round ${r}/${rounds} done`);
     }
-    const p = await paced(prefetched, rate, secs);
-    console.log(
-      `nextId() with prefetch, paced at ${fmt(rate)} IDs/s (${fmt(p.calls)} calls): ` +
-        `p50 ${fmt(quantile(p.sorted, 0.5))} ns, p99 ${fmt(quantile(p.sorted, 0.99))} ns, ` +
-        `p99.9 ${fmt(quantile(p.sorted, 0.999))} ns, max ${fmt(p.sorted[p.sorted.length - 1]!)} ns; ` +
-        `achieved ${fmt(p.achieved)} IDs/s; ${p.misses} calls waited for a refill`,
-    );
-
-    let n = 0;
-    let started = performance.now();
-    while (performance.now() - started < secs * 1000) {
-      for (let i = 0; i < 1000; i++) {
-        await prefetched.nextId();
-      }
-      n += 1000;
-      await yieldToLoop();
-    }
-    console.log(
-      `nextId() with prefetch, as fast as one loop goes (yielding every 1,000): ${fmt(n / ((performance.now() - started) / 1000))} IDs/s ` +
-        `(${prefetched.stats().bufferMisses} calls waited for a refill in all)`,
-    );
-    prefetched.close();
-
-    const direct = new Client({ endpoints: [node.addr] });
-    await direct.nextId();
-    const trips: number[] = [];
-    started = performance.now();
-    while (performance.now() - started < secs * 1000) {
-      const t = performance.now();
-      await direct.nextId();
-      trips.push((performance.now() - t) * 1e6);
-    }
-    const elapsed = (performance.now() - started) / 1000;
-    const sortedTrips = Float64Array.from(trips).sort();
-    console.log(
-      `nextId() without prefetch, one call at a time (a NextId round trip each): p50 ${fmt(quantile(sortedTrips, 0.5))} ns, ` +
-        `p99 ${fmt(quantile(sortedTrips, 0.99))} ns; ${fmt(trips.length / elapsed)} IDs/s`,
-    );
-
-    const inFlight = 64;
-    let done = 0;
-    started = performance.now();
-    const until = started + secs * 1000;
-    await Promise.all(
-      Array.from({ length: inFlight }, async () => {
-        while (performance.now() < until) {
-          await direct.nextId();
-          done += 1;
-        }
-      }),
-    );
-    console.log(
-      `nextId() without prefetch, ${inFlight} calls in flight: ${fmt(done / ((performance.now() - started) / 1000))} IDs/s`,
-    );
-    direct.close();
   } finally {
     node.stop();
+  }
+  console.log(`load after ${load()}; median of the rounds (each round's value in brackets):`);
+  for (const [name, xs] of results) {
+    const median = [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
+    console.log(`${name}: ${fmt(median)} [${xs.map((x) => fmt(x)).join(", ")}]`);
   }
 }
 
