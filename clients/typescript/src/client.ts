@@ -9,7 +9,7 @@
 import { status } from "@grpc/grpc-js";
 import { Health, parseEndpoint } from "./endpoint.js";
 import { Closed, InvalidArgument, Unavailable } from "./errors.js";
-import { Layout } from "./layout.js";
+import { Layout, layoutFromInfo, mixedLayouts, type DecodedId } from "./layout.js";
 import { settings, type ClientEvent, type ClientOptions, type Settings } from "./options.js";
 import { Buffer } from "./prefetch.js";
 import { Lock, Sleeps, Waker } from "./sync.js";
@@ -69,6 +69,8 @@ interface Node {
   readonly name: string;
   readonly channel: Channel;
   readonly health: Health;
+  /** Its layout, once its `GetInfo` said which (and it agreed with the client's). */
+  layout: Layout | undefined;
 }
 
 type Mutable<T> = { -readonly [K in keyof T]: T[K] };
@@ -84,12 +86,6 @@ const orphans = new FinalizationRegistry<Channel[]>((channels) => {
 });
 
 const now = (): number => performance.now();
-
-/** A decimal ID from the wire, checked: a node that sends a negative ID is failing. */
-function idOf(text: string): bigint | undefined {
-  const id = BigInt(text);
-  return id < 0n ? undefined : id;
-}
 
 /** Unix milliseconds of a {@link Time}, as the decimal string gRPC's int64 takes. */
 function millis(what: string, time: Time): string {
@@ -153,8 +149,8 @@ export class Client {
   };
   /** Whether onEvent threw already (it is reported once). */
   private observerFailed = false;
-  /** The layout, once a node told it. */
-  private layoutAnswer: Promise<Layout> | undefined;
+  /** The service's layout: the first node's answer to `GetInfo`, which every other node's must equal. */
+  private clientLayout: Layout | undefined;
 
   /**
    * A client of `options.endpoints`; it connects on first use. A wrong option throws a
@@ -169,6 +165,7 @@ export class Client {
       name,
       channel: new Channel(address.target, creds, tls?.serverName),
       health: new Health(),
+      layout: undefined,
     }));
     orphans.register(
       this,
@@ -254,18 +251,22 @@ export class Client {
   async range(from: Time, to: Time): Promise<IdRange> {
     const request = { from_ms: millis("from", from), to_ms: millis("to", to) };
     this.checkOpen();
-    return this.call(
+    const { value } = await this.call(
       now() + this.settings.giveUpAfterMs,
       (channel, deadlineMs) => channel.call("Range", request, deadlineMs),
-      (raw): Accepted<IdRange> => {
-        const minId = idOf(raw.min_id);
-        const maxId = idOf(raw.max_id);
-        if (minId === undefined || maxId === undefined || minId > maxId) {
-          return { invalid: `answered an invalid range ${raw.min_id}..=${raw.max_id}` };
+      (raw, layout): Accepted<IdRange> => {
+        const ids = toIds([raw.min_id, raw.max_id], 2, layout.maxId);
+        if (!Array.isArray(ids)) {
+          return ids;
+        }
+        const [minId, maxId] = ids as [bigint, bigint];
+        if (minId > maxId) {
+          return { invalid: `answered a range whose minimum ${minId} is above its maximum ${maxId}` };
         }
         return { ok: { minId, maxId } };
       },
-    ).then((answer) => answer.value);
+    );
+    return value;
   }
 
   /** What the next node in turn says about itself (`GetInfo`), with failover. */
@@ -274,13 +275,7 @@ export class Client {
     const { value, node } = await this.call(
       now() + this.settings.giveUpAfterMs,
       (channel, deadlineMs) => channel.call("GetInfo", {}, deadlineMs),
-      (raw): Accepted<{ raw: RawInfo; layout: Layout }> => {
-        try {
-          return { ok: { raw, layout: layoutOf(raw) } };
-        } catch (e) {
-          return { invalid: `answered an invalid layout: ${(e as Error).message}` };
-        }
-      },
+      (raw, layout): Accepted<{ raw: RawInfo; layout: Layout }> => ({ ok: { raw, layout } }),
     );
     const { raw, layout } = value;
     return {
@@ -295,25 +290,24 @@ export class Client {
   }
 
   /**
-   * The fleet's layout, as the first node that answers tells it (and kept: the nodes of a fleet
-   * share one layout, checked at every claim).
+   * The service's ID layout, as its nodes report it in `GetInfo` (asked of a node, with
+   * failover, unless already known): decode the client's IDs with it. Every node's layout is
+   * read before its IDs are used; one whose layout differs from the first's is not asked (IDs
+   * of two layouts can collide).
    */
-  layout(): Promise<Layout> {
-    if (this.layoutAnswer === undefined) {
-      const asked = this.info().then((info) => info.layout);
-      this.layoutAnswer = asked;
-      // A failure is not kept: the next call asks again.
-      asked.catch(() => {
-        if (this.layoutAnswer === asked) {
-          this.layoutAnswer = undefined;
-        }
-      });
+  async layout(): Promise<Layout> {
+    if (this.clientLayout !== undefined) {
+      return this.clientLayout;
     }
-    return this.layoutAnswer;
+    this.checkOpen();
+    const { value } = await this.call(now() + this.settings.giveUpAfterMs, undefined, (_, layout) => ({
+      ok: layout,
+    }));
+    return value;
   }
 
   /** Splits `id` into its fields with the layout the service reports ({@link Client.layout}). */
-  async decode(id: bigint): Promise<ReturnType<Layout["decode"]>> {
+  async decode(id: bigint): Promise<DecodedId> {
     return (await this.layout()).decode(id);
   }
 
@@ -399,8 +393,8 @@ export class Client {
    * `NextId` for one when `count` is 0.
    */
   private async fetchIds(count: number, giveUp: number): Promise<bigint[]> {
-    const accept = (texts: readonly string[]): Accepted<bigint[]> => {
-      const ids = toIds(texts, Math.max(count, 1));
+    const accept = (texts: readonly string[], layout: Layout): Accepted<bigint[]> => {
+      const ids = toIds(texts, Math.max(count, 1), layout.maxId);
       return Array.isArray(ids) ? { ok: ids } : ids;
     };
     const { value, node, elapsedMs } =
@@ -408,12 +402,12 @@ export class Client {
         ? await this.call(
             giveUp,
             (c, d) => c.call("NextId", {}, d),
-            (raw) => accept([raw.id]),
+            (raw, layout) => accept([raw.id], layout),
           )
         : await this.call(
             giveUp,
             (c, d) => c.call("NextIds", { count }, d),
-            (raw) => accept(raw.ids),
+            (raw, layout) => accept(raw.ids, layout),
           );
     this.counters.fetches += 1;
     this.counters.fetchedIds += value.length;
@@ -444,14 +438,16 @@ export class Client {
 
   /**
    * Runs `start` (given a node's channel and the attempt's deadline) on the nodes in turn until
-   * one answers validly, the service refuses the request itself (`INVALID_ARGUMENT`), or
-   * `giveUp` has passed. A node that does not know the method (`UNIMPLEMENTED`: an older
+   * one answers with something `accept` takes under the node's layout, the service refuses the
+   * request itself (`INVALID_ARGUMENT`), or `giveUp` has passed. A node's layout is read
+   * (`GetInfo`, within the same deadline) before its first answer is used; without `start`, that
+   * is the whole attempt. A node that does not know the method (`UNIMPLEMENTED`: an older
    * version) is not asked again in this call, and not counted as down.
    */
   private async call<R, T>(
     giveUp: number,
-    start: (channel: Channel, deadlineMs: number) => Pending<R>,
-    accept: (raw: R) => Accepted<T>,
+    start: ((channel: Channel, deadlineMs: number) => Pending<R>) | undefined,
+    accept: (raw: R, layout: Layout) => Accepted<T>,
   ): Promise<{ value: T; node: number; elapsedMs: number }> {
     // Every caller gives up giveUpAfterMs after it started.
     const started = giveUp - this.settings.giveUpAfterMs;
@@ -479,20 +475,29 @@ export class Client {
       const node = this.nodes[i]!;
       const deadlineMs = Math.max(1, Math.ceil(Math.min(this.settings.deadlineMs, remaining)));
       const sent = now();
-      const pending = start(node.channel, deadlineMs);
-      this.inflight.add(pending);
+      const noAnswer = `no answer within ${deadlineMs} ms`;
       let error: string;
       let retryAfterMs: number | undefined;
       try {
-        const raw = await pending.answer;
-        const checked = accept(raw);
-        if ("invalid" in checked) {
-          error = checked.invalid;
+        const layout =
+          node.layout ?? this.learn(node, await this.send(node.channel.call("GetInfo", {}, deadlineMs)));
+        const left = deadlineMs - (now() - sent);
+        if (typeof layout === "string") {
+          error = layout;
+        } else if (start !== undefined && left < 1) {
+          error = noAnswer;
         } else {
-          if (node.health.succeeded()) {
-            this.event({ type: "endpointBack", endpoint: node.name });
+          const raw =
+            start === undefined ? (undefined as R) : await this.send(start(node.channel, Math.ceil(left)));
+          const checked = accept(raw, layout);
+          if ("invalid" in checked) {
+            error = checked.invalid;
+          } else {
+            if (node.health.succeeded()) {
+              this.event({ type: "endpointBack", endpoint: node.name });
+            }
+            return { value: checked.ok, node: i, elapsedMs: now() - sent };
           }
-          return { value: checked.ok, node: i, elapsedMs: now() - sent };
         }
       } catch (e) {
         this.checkOpen();
@@ -508,15 +513,42 @@ export class Client {
         const timedOut =
           (failure.code === status.DEADLINE_EXCEEDED || failure.code === status.CANCELLED) &&
           now() - sent + 1 >= deadlineMs;
-        error = timedOut ? `no answer within ${deadlineMs} ms` : failure.message;
+        error = timedOut ? noAnswer : failure.message;
         retryAfterMs = timedOut ? undefined : failure.retryAfterMs;
-      } finally {
-        this.inflight.delete(pending);
       }
       const retryInMs = node.health.failed(this.settings.backoff, retryAfterMs, error, now());
       this.counters.failovers += 1;
       this.event({ type: "failover", endpoint: node.name, error, retryInMs });
     }
+  }
+
+  /** A call's answer, the call tracked meanwhile (so that close() cancels it). */
+  private async send<R>(pending: Pending<R>): Promise<R> {
+    this.inflight.add(pending);
+    try {
+      return await pending.answer;
+    } finally {
+      this.inflight.delete(pending);
+    }
+  }
+
+  /**
+   * A node's layout from its `GetInfo` answer, kept when it is usable and the client's (the
+   * first one learned sets the client's); else why the node is not asked.
+   */
+  private learn(node: Node, info: RawInfo): Layout | string {
+    let theirs: Layout;
+    try {
+      theirs = layoutFromInfo(info, Date.now());
+    } catch (e) {
+      return `answered an unusable layout: ${(e as Error).message}`;
+    }
+    const ours = (this.clientLayout ??= theirs);
+    if (!theirs.equals(ours)) {
+      return mixedLayouts(node.name, theirs, ours);
+    }
+    node.layout = theirs;
+    return theirs;
   }
 
   private unavailable(started: number): Unavailable {
@@ -646,22 +678,4 @@ function asFailure(e: unknown): CallFailure {
   }
   const details = e instanceof Error ? e.message : String(e);
   return { code: status.INTERNAL, message: `Internal: ${details}`, details, retryAfterMs: undefined };
-}
-
-/** The layout of a `GetInfo` answer: its `layout`, or Twitter's widths with its epoch. */
-function layoutOf(raw: RawInfo): Layout {
-  const l = raw.layout;
-  if (l === undefined || l === null) {
-    return Layout.twitter(Number(raw.epoch_ms));
-  }
-  return new Layout({
-    name: l.name,
-    timestampBits: l.timestamp_bits,
-    datacenterBits: l.datacenter_bits,
-    workerBits: l.worker_bits,
-    sequenceBits: l.sequence_bits,
-    epochMs: Number(l.epoch_ms),
-    // 0 is proto3's unset: the widths say it then.
-    ...(BigInt(l.max_id) > 0n ? { maxId: BigInt(l.max_id) } : {}),
-  });
 }

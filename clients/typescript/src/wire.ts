@@ -90,17 +90,22 @@ function service(): grpc.ServiceDefinition {
 
 /**
  * IDs as a node sent them (decimal strings), as `bigint`s; or why they are not valid IDs (a
- * node that sends a negative ID, or the wrong number of them, is treated as failing).
+ * node that sends a negative ID, one above its layout's `maxId`, or the wrong number of them,
+ * is treated as failing).
  */
-export function toIds(texts: readonly string[], wanted: number): bigint[] | { readonly invalid: string } {
+export function toIds(
+  texts: readonly string[],
+  wanted: number,
+  maxId: bigint,
+): bigint[] | { readonly invalid: string } {
   if (texts.length !== wanted) {
     return { invalid: `asked for ${wanted} IDs, got ${texts.length}` };
   }
   const ids = new Array<bigint>(texts.length);
   for (let i = 0; i < texts.length; i++) {
     const id = BigInt(texts[i]!);
-    if (id < 0n) {
-      return { invalid: `answered an invalid ID ${id}: IDs are 0..=2^63-1` };
+    if (id < 0n || id > maxId) {
+      return { invalid: `answered an invalid ID ${id}: expected 0..=${maxId}` };
     }
     ids[i] = id;
   }

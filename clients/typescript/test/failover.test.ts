@@ -10,7 +10,7 @@ import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
 import { after, test } from "node:test";
 import { setImmediate as yieldToLoop, setTimeout as sleep } from "node:timers/promises";
-import { Client, Closed, Unavailable, type ClientEvent } from "../src/index.js";
+import { Client, Closed, Layout, Unavailable, type ClientEvent } from "../src/index.js";
 import { ROOT, ServeNode, audit, blackHole, stopAll, twitterTimestampMs, track } from "./support.js";
 
 after(stopAll);
@@ -284,5 +284,56 @@ test(
     assert.equal(out.status, 0, out.stderr);
     assert.match(out.stdout, /^\d+ \d+\n$/);
     assert.ok(performance.now() - started < 15_000);
+  },
+);
+
+test(
+  "nodes of two layouts: the client keeps the first one's and never asks the other",
+  { timeout: 60_000 },
+  async () => {
+    // Twitter's widths with two epochs: the same bits mean different times, so IDs can collide.
+    const a = await ServeNode.start({ worker: 12 });
+    const b = await ServeNode.start({ worker: 13, args: ["--epoch-ms", "1600000000000"] });
+    const errors: string[] = [];
+    const client = track(
+      new Client({
+        endpoints: [a.addr, b.addr],
+        onEvent: (e) => {
+          if (e.type === "failover") {
+            errors.push(`${e.endpoint}: ${e.error}`);
+          }
+        },
+      }),
+    );
+    const ids = [
+      ...(await client.nextIds(10)),
+      await client.nextId(),
+      await client.nextId(),
+      await client.nextId(),
+    ];
+    const layout = await client.layout();
+    assert.ok(layout.equals(Layout.twitter()), `${layout.name} ${layout.epochMs}`);
+    for (const id of ids) {
+      assert.equal((await client.decode(id)).workerId, 12, "every ID from the first node");
+    }
+    assert.ok(errors.length >= 1);
+    assert.match(
+      errors[0]!,
+      new RegExp(
+        `^${b.addr}: ${b.addr} issues IDs under the layout twitter \\(epoch 1600000000000\\), another endpoint ` +
+          `under twitter \\(epoch 1288834974657\\): IDs of two layouts can collide`,
+      ),
+    );
+    // The first node answered sets the client's layout.
+    const other = track(new Client({ endpoints: [b.addr, a.addr] }));
+    assert.equal((await other.layout()).epochMs, 1600000000000);
+    // With the first node gone, the other is still never asked: the call fails, naming why.
+    const strict = track(new Client({ endpoints: [a.addr, b.addr], giveUpAfterMs: 1000 }));
+    assert.equal((await strict.layout()).epochMs, 1288834974657);
+    await a.stop();
+    await assert.rejects(
+      strict.nextIds(5),
+      (e: unknown) => e instanceof Unavailable && /IDs of two layouts can collide/.test(e.message),
+    );
   },
 );

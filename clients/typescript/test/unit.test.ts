@@ -20,7 +20,16 @@ import {
 } from "../src/index.js";
 import { Health, backoffAfter, parseEndpoint } from "../src/endpoint.js";
 import { Buffer as IdBuffer } from "../src/prefetch.js";
-import { PROTO_FILE, PROTO_ROOT, codeName, retryAfterMs } from "../src/wire.js";
+import {
+  PROTO_FILE,
+  PROTO_ROOT,
+  codeName,
+  retryAfterMs,
+  toIds,
+  type RawInfo,
+  type RawLayout,
+} from "../src/wire.js";
+import { layoutFromInfo, mixedLayouts } from "../src/layout.js";
 import { Metadata } from "@grpc/grpc-js";
 import { ROOT, makeCerts, tempDir } from "./support.js";
 
@@ -176,14 +185,28 @@ test("layouts decode IDs, and bad widths or IDs are refused with the range", () 
   const f = jsSafe.decode((5n << 12n) | (3n << 10n) | (9n << 6n) | 7n);
   assert.deepEqual([f.timestampMs - 1288834974657, f.datacenterId, f.workerId, f.sequence], [5, 3, 9, 7]);
   assert.throws(() => jsSafe.decode(1n << 53n), /under the layout js-safe/);
-  // A max ID from the service: at most what the widths hold.
-  const capped = new Layout({ ...jsSafe, maxId: 1000n });
-  assert.equal(capped.decode(1000n).sequence, 1000 & 63);
-  assert.throws(() => capped.decode(1001n), /invalid id 1001: expected 0..=1000 under the layout js-safe/);
+  // A max ID from a node must be the widths' largest; the name must describe the widths.
+  assert.equal(new Layout({ ...jsSafe, maxId: 2n ** 53n - 1n }).maxId, 2n ** 53n - 1n);
   assert.throws(
-    () => new Layout({ ...jsSafe, maxId: 1n << 53n }),
-    /max id 9007199254740992 not in 0..=9007199254740991/,
+    () => new Layout({ ...jsSafe, maxId: 1000n }),
+    /invalid layout js-safe: max id 1000 is not its widths' largest id 9007199254740991/,
   );
+  assert.throws(
+    () => new Layout({ ...jsSafe, name: "twitter" }),
+    /the name twitter \(widths 41,5,5,12\) does not go with the widths 41,2,4,6/,
+  );
+  assert.throws(() => new Layout({ ...jsSafe, name: "fast" }), /expected twitter, js-safe or custom:T,D,W,S/);
+  const custom = new Layout({
+    timestampBits: 40,
+    datacenterBits: 3,
+    workerBits: 6,
+    sequenceBits: 8,
+    epochMs: 0,
+  });
+  assert.equal(custom.name, "custom:40,3,6,8");
+  assert.ok(new Layout({ ...Layout.twitter(), name: "custom:41,5,5,12" }).equals(Layout.twitter()));
+  assert.ok(!Layout.twitter(1).equals(Layout.twitter(2)));
+  assert.equal(Layout.jsSafe().lastMs, 1288834974657 + 2 ** 41 - 1);
   assert.throws(
     () =>
       new Layout({
@@ -208,6 +231,56 @@ test("layouts decode IDs, and bad widths or IDs are refused with the range", () 
       }),
     /datacenter \+ worker bits >= 1/,
   );
+});
+
+test("a node's GetInfo gives its layout, checked; an older node's is Twitter's widths with its epoch", () => {
+  const now = Date.UTC(2026, 11, 3);
+  const info = (layout: RawLayout | null, epoch = "1288834974657"): RawInfo => ({
+    datacenter_id: 0,
+    worker_id: 0,
+    epoch_ms: epoch,
+    timestamp_ms: String(now),
+    max_batch: "100000",
+    ready: true,
+    layout,
+  });
+  const jsSafe: RawLayout = {
+    name: "js-safe",
+    timestamp_bits: 41,
+    datacenter_bits: 2,
+    worker_bits: 4,
+    sequence_bits: 6,
+    epoch_ms: "1288834974657",
+    max_id: "9007199254740991",
+  };
+  assert.ok(layoutFromInfo(info(jsSafe), now).equals(Layout.jsSafe()));
+  assert.ok(layoutFromInfo(info(null, "1600000000000"), now).equals(Layout.twitter(1600000000000)));
+  assert.throws(() => layoutFromInfo(info({ ...jsSafe, max_id: "5" }), now), /max id 5 is not/);
+  assert.throws(() => layoutFromInfo(info({ ...jsSafe, sequence_bits: 300 }), now), /sequence bits 300/);
+  assert.throws(
+    () => layoutFromInfo(info({ ...jsSafe, epoch_ms: String(now + 1) }), now),
+    /is in the future/,
+  );
+  assert.throws(
+    () =>
+      layoutFromInfo(
+        info({ ...jsSafe, name: "custom:30,2,4,6", timestamp_bits: 30, max_id: String(2n ** 42n - 1n) }),
+        now,
+      ),
+    /custom:30,2,4,6 with epoch 1288834974657 ran out at 2010-11-16T/,
+  );
+  assert.match(
+    mixedLayouts("b:1", Layout.jsSafe(), Layout.twitter()),
+    /^b:1 issues IDs under the layout js-safe \(epoch 1288834974657\), another endpoint under twitter/,
+  );
+  assert.deepEqual(toIds(["1", "9007199254740991"], 2, Layout.jsSafe().maxId), [1n, 9007199254740991n]);
+  assert.deepEqual(toIds(["1", "9007199254740992"], 2, Layout.jsSafe().maxId), {
+    invalid: "answered an invalid ID 9007199254740992: expected 0..=9007199254740991",
+  });
+  assert.deepEqual(toIds(["-1"], 1, Layout.twitter().maxId), {
+    invalid: "answered an invalid ID -1: expected 0..=9223372036854775807",
+  });
+  assert.deepEqual(toIds(["1"], 2, Layout.twitter().maxId), { invalid: "asked for 2 IDs, got 1" });
 });
 
 test("wrong options are refused with the option, the value and the range", () => {
