@@ -11,7 +11,7 @@ import { spawnSync } from "node:child_process";
 import { after, test } from "node:test";
 import { setImmediate as yieldToLoop, setTimeout as sleep } from "node:timers/promises";
 import { Client, Closed, Layout, Unavailable, type ClientEvent } from "../src/index.js";
-import { ROOT, ServeNode, audit, blackHole, stopAll, twitterTimestampMs, track } from "./support.js";
+import { ServeNode, audit, blackHole, stopAll, twitterTimestampMs, track } from "./support.js";
 
 after(stopAll);
 
@@ -271,7 +271,7 @@ test(
   async () => {
     const node = await ServeNode.start({ worker: 8 });
     const script = `
-    import { Client } from ${JSON.stringify(`${ROOT}/clients/typescript/dist/src/index.js`)};
+    import { Client } from ${JSON.stringify(new URL("../src/index.js", import.meta.url).href)};
     const plain = new Client({ endpoints: [${JSON.stringify(node.addr)}] });
     const prefetching = new Client({ endpoints: [${JSON.stringify(node.addr)}], prefetch: true });
     console.log(String(await plain.nextId()), String(await prefetching.nextId()));
