@@ -37,6 +37,11 @@ export function tempDir(prefix = "snowflake-ts-"): string {
   return dir;
 }
 
+// Killed (a runner's timeout, Ctrl-C): still stop the nodes and remove the directories.
+for (const signal of ["SIGINT", "SIGTERM"] as const) {
+  process.once(signal, () => process.exit(128 + (signal === "SIGINT" ? 2 : 15)));
+}
+
 process.on("exit", () => {
   for (const node of running) {
     node.proc.kill("SIGCONT");
