@@ -28,13 +28,17 @@ const MAX_BODY_BYTES: usize = 16 * 1024;
 /// At most this many connections over the cap are answered (503) at once; more are just closed.
 const MAX_REFUSALS_IN_FLIGHT: usize = 64;
 
-/// The route templates, used as bounded metric labels.
-const ROUTES: &[&str] = &[
+/// The routes only the HTTP listener serves.
+const ID_ROUTES: &[&str] = &[
     "/v1/id",
     "/v1/ids",
     "/v1/decode/{id}",
     "/v1/info",
     "/v1/range",
+];
+
+/// The routes both the HTTP and the admin listener serve.
+const PROBE_ROUTES: &[&str] = &[
     "/healthz",
     "/readyz",
     "/metrics",
@@ -42,6 +46,11 @@ const ROUTES: &[&str] = &[
     "/status.js",
     "/v1/status",
 ];
+
+/// Every route template of the HTTP listener, used as bounded metric labels.
+fn routes() -> impl Iterator<Item = &'static str> {
+    ID_ROUTES.iter().chain(PROBE_ROUTES).copied()
+}
 
 /// The router with every route, error mapping, metrics and body limits. Each route counts its
 /// own request (route template and status) and observes its latency without a middleware,
@@ -101,7 +110,8 @@ pub fn router(node: Arc<Node>) -> Router {
                 ),
             );
     let all = Timed::all(&node);
-    probe_routes(router, &node)
+    let listed = routes().collect::<Vec<_>>().join(", ");
+    probe_routes(router, &node, listed)
         .method_not_allowed_fallback(
             move |State(node): State<Arc<Node>>, method: Method, uri: Uri| async move {
                 let started = Instant::now();
@@ -116,17 +126,18 @@ pub fn router(node: Arc<Node>) -> Router {
         .with_state(node)
 }
 
-/// The admin listener's routes (`--admin-addr`): health, readiness and metrics, the same
-/// answers as on the HTTP listener.
+/// The admin listener's routes (`--admin-addr`): health, readiness, metrics and the status
+/// page, the same answers as on the HTTP listener; its 404 lists only these.
 pub fn admin_router(node: Arc<Node>) -> Router {
-    probe_routes(Router::new(), &node)
+    probe_routes(Router::new(), &node, PROBE_ROUTES.join(", "))
         .layer(RequestBodyLimitLayer::new(MAX_BODY_BYTES))
         .with_state(node)
 }
 
 /// The routes both listeners serve (health, readiness, metrics and the status page), and the
-/// answer to every other path.
-fn probe_routes(router: Router<Arc<Node>>, node: &Node) -> Router<Arc<Node>> {
+/// answer to every other path: a 404 that lists `listed`, the listener's own routes.
+fn probe_routes(router: Router<Arc<Node>>, node: &Node, listed: String) -> Router<Arc<Node>> {
+    let listed: Arc<str> = listed.into();
     let page = Timed::new(node, "/");
     let unmatched = Timed::new(node, "unmatched");
     router
@@ -155,7 +166,7 @@ fn probe_routes(router: Router<Arc<Node>>, node: &Node) -> Router<Arc<Node>> {
         .fallback(
             move |State(node): State<Arc<Node>>, method: Method, uri: Uri| async move {
                 let started = Instant::now();
-                unmatched.done(&node, started, not_found(&method, &uri))
+                unmatched.done(&node, started, not_found(&method, &uri, &listed))
             },
         )
 }
@@ -235,7 +246,7 @@ impl Timed {
 
     /// Every route template, `unmatched` first.
     fn all(node: &Node) -> Arc<Vec<Timed>> {
-        let routes = std::iter::once("unmatched").chain(ROUTES.iter().copied());
+        let routes = std::iter::once("unmatched").chain(routes());
         Arc::new(routes.map(|r| Timed::new(node, r)).collect())
     }
 
@@ -475,14 +486,12 @@ fn metrics(node: &Node) -> Response {
     response
 }
 
-fn not_found(method: &Method, uri: &Uri) -> Response {
+/// The 404 answer, listing `routes` (the listener's own).
+fn not_found(method: &Method, uri: &Uri, routes: &str) -> Response {
     let path: String = uri.path().chars().take(100).collect();
     error(
         StatusCode::NOT_FOUND,
-        &format!(
-            "no such route: {method} {path}; routes: {}",
-            ROUTES.join(", ")
-        ),
+        &format!("no such route: {method} {path}; routes: {routes}"),
     )
 }
 

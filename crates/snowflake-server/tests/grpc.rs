@@ -499,6 +499,51 @@ async fn reflection_lists_the_services() {
     server.stop().await;
 }
 
+/// Clients that still ask the older `grpc.reflection.v1alpha` service (grpcurl before 1.9,
+/// many IDE plugins) get the same answers as `v1` clients, not UNIMPLEMENTED.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reflection_answers_v1alpha_clients_too() {
+    use tonic_reflection::pb::v1alpha::ServerReflectionRequest;
+    use tonic_reflection::pb::v1alpha::server_reflection_client::ServerReflectionClient;
+    use tonic_reflection::pb::v1alpha::server_reflection_request::MessageRequest;
+    use tonic_reflection::pb::v1alpha::server_reflection_response::MessageResponse;
+
+    let (server, _dir) = server().await;
+    let mut reflection = ServerReflectionClient::new(channel(&server).await);
+    let requests = [
+        MessageRequest::ListServices(String::new()),
+        MessageRequest::FileContainingSymbol(SERVICE_NAME.to_owned()),
+    ]
+    .map(|message| ServerReflectionRequest {
+        host: String::new(),
+        message_request: Some(message),
+    });
+    let mut replies = reflection
+        .server_reflection_info(futures_util::stream::iter(requests))
+        .await
+        .expect("v1alpha is served")
+        .into_inner();
+    let reply = replies.message().await.unwrap().unwrap();
+    let Some(MessageResponse::ListServicesResponse(list)) = reply.message_response else {
+        panic!("not a service list: {reply:?}");
+    };
+    let names: Vec<String> = list.service.into_iter().map(|s| s.name).collect();
+    for name in [
+        SERVICE_NAME,
+        "grpc.health.v1.Health",
+        "grpc.reflection.v1.ServerReflection",
+        "grpc.reflection.v1alpha.ServerReflection",
+    ] {
+        assert!(names.iter().any(|n| n == name), "{name} not in {names:?}");
+    }
+    let reply = replies.message().await.unwrap().unwrap();
+    let Some(MessageResponse::FileDescriptorResponse(files)) = reply.message_response else {
+        panic!("not a file descriptor: {reply:?}");
+    };
+    assert!(!files.file_descriptor_proto.is_empty());
+    server.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connections_over_the_cap_are_refused() {
     let dir = tempfile::tempdir().unwrap();

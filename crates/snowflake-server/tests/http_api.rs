@@ -134,6 +134,62 @@ async fn info_health_readiness_and_unknown_routes() {
     server.stop().await;
 }
 
+/// Each listener's 404 lists the routes that listener serves: the admin port's never names
+/// the ID routes it does not serve (a newcomer tried them there and got 404 again).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_listeners_404_lists_only_its_own_routes() {
+    let (server, _dir) = server().await;
+    let admin = server.admin_addr.expect("admin on");
+    let admin_routes = [
+        "/healthz",
+        "/readyz",
+        "/metrics",
+        "/",
+        "/status.js",
+        "/v1/status",
+    ];
+    let id_routes = [
+        "/v1/id",
+        "/v1/ids",
+        "/v1/decode/{id}",
+        "/v1/info",
+        "/v1/range",
+    ];
+    let routes_in = |error: &str| -> Vec<String> {
+        let (_, list) = error.split_once("; routes: ").expect("a route list");
+        list.split(", ").map(str::to_owned).collect()
+    };
+    let missing = get(admin, "/v2/nothing", &[]).await;
+    assert_eq!(missing.status, StatusCode::NOT_FOUND);
+    assert!(missing.error().contains("no such route: GET /v2/nothing"));
+    let listed = routes_in(&missing.error());
+    for route in admin_routes {
+        assert!(
+            listed.iter().any(|r| r == route),
+            "{route} not in {listed:?}"
+        );
+    }
+    assert_eq!(listed.len(), admin_routes.len(), "{listed:?}");
+    // The ID routes answer 404 on the admin port, and the list does not offer them.
+    assert_eq!(
+        get(admin, "/v1/id", &[]).await.status,
+        StatusCode::NOT_FOUND
+    );
+    let listed = routes_in(&get(admin, "/v1/id", &[]).await.error());
+    for route in id_routes {
+        assert!(!listed.iter().any(|r| r == route), "{route} in {listed:?}");
+    }
+    // The HTTP listener lists every route it serves.
+    let listed = routes_in(&server.get("/v2/nothing").await.error());
+    for route in admin_routes.into_iter().chain(id_routes) {
+        assert!(
+            listed.iter().any(|r| r == route),
+            "{route} not in {listed:?}"
+        );
+    }
+    server.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_count_ids_requests_and_refusals() {
     let (server, _dir) = server().await;

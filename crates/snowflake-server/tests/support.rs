@@ -23,6 +23,7 @@ pub fn config(state_dir: &Path) -> Config {
     config.grpc_addr = Some(SocketAddr::from(([127, 0, 0, 1], 0)));
     config.thrift_addr = Some(SocketAddr::from(([127, 0, 0, 1], 0)));
     config.resp_addr = Some(SocketAddr::from(([127, 0, 0, 1], 0)));
+    config.admin_addr = Some(SocketAddr::from(([127, 0, 0, 1], 0)));
     config.reserve_ms = 200;
     // The manual clock jumps where real time only flows: the clock-step policy (which compares
     // the wall clock with the real monotonic clock) would see every jump as a step. Tests of
@@ -39,6 +40,8 @@ pub struct TestServer {
     pub grpc_addr: Option<SocketAddr>,
     /// The RESP listener's address, if on.
     pub resp_addr: Option<SocketAddr>,
+    /// The admin listener's address, if on.
+    pub admin_addr: Option<SocketAddr>,
     pub node: Arc<Node>,
     pub clock: ManualClock,
     stop: Option<oneshot::Sender<()>>,
@@ -82,6 +85,7 @@ impl TestServer {
         let thrift_addr = listeners.thrift_addr();
         let grpc_addr = listeners.grpc_addr();
         let resp_addr = listeners.resp_addr();
+        let admin_addr = listeners.admin_addr();
         let (stop, stopped) = oneshot::channel::<()>();
         let task = tokio::spawn({
             let node = Arc::clone(&node);
@@ -97,6 +101,7 @@ impl TestServer {
             thrift_addr,
             grpc_addr,
             resp_addr,
+            admin_addr,
             node,
             clock,
             stop: Some(stop),

@@ -1,6 +1,7 @@
 //! The gRPC front end (SPEC §5): `snowflake.v1.Snowflake` from
 //! `proto/snowflake/v1/snowflake.proto`, the standard `grpc.health.v1.Health` service (SERVING
-//! only while the node can issue IDs) and server reflection (`grpc.reflection.v1`).
+//! only while the node can issue IDs) and server reflection (`grpc.reflection.v1`, and
+//! `grpc.reflection.v1alpha` for older clients).
 //!
 //! The handlers only translate to the [`Node`]'s calls: [`IssueError::BadRequest`] becomes
 //! `INVALID_ARGUMENT`, [`IssueError::Unavailable`] becomes `UNAVAILABLE` with the node's reason
@@ -579,10 +580,21 @@ pub async fn serve(
     reporter
         .set_service_status(SERVICE_NAME, ServingStatus::NotServing)
         .await;
-    let reflection = tonic_reflection::server::Builder::configure()
-        .register_encoded_file_descriptor_set(pb::FILE_DESCRIPTOR_SET)
-        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+    // Reflection in both versions: `v1`, and `v1alpha` for the clients that still ask it. Each
+    // lists both (the builder would list only its own).
+    let reflection = || {
+        tonic_reflection::server::Builder::configure()
+            .register_encoded_file_descriptor_set(pb::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_reflection::pb::v1::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(
+                tonic_reflection::pb::v1alpha::FILE_DESCRIPTOR_SET,
+            )
+            .include_reflection_service(false)
+    };
+    let reflection = reflection()
         .build_v1()
+        .and_then(|v1| Ok((v1, reflection().build_v1alpha()?)))
         .inspect_err(|err| tracing::warn!(error = %err, "grpc reflection disabled"))
         .ok();
     let service = SnowflakeService::new(Arc::clone(&node), shutdown.clone());
@@ -590,7 +602,7 @@ pub async fn serve(
         SnowflakeServer::new(service.clone()).max_decoding_message_size(MAX_REQUEST_BYTES),
     );
     let routes = match reflection {
-        Some(reflection) => routes.add_service(reflection),
+        Some((v1, v1alpha)) => routes.add_service(v1).add_service(v1alpha),
         None => routes,
     }
     .prepare();
