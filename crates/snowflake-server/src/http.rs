@@ -1,12 +1,15 @@
-//! The HTTP/JSON front end (SPEC §5): routes that only translate to the node's calls, and an
-//! accept loop with a connection cap, timeouts and graceful shutdown.
+//! The HTTP/JSON front end (SPEC §5): routes that only translate to the node's calls, served
+//! over HTTP/1.1 on the connections `listen` accepts (its cap, TLS handshake and drain), with
+//! hyper's header-read timeout and a graceful close on shutdown. The admin listener is the same
+//! door with only the probe routes.
 
 use crate::config::Config;
 use crate::json_ids::{Format, IdsBody};
 use crate::latency::Histogram;
+use crate::listen::{self, OverCap};
 use crate::node::{IssueError, Node, Protocol};
 use crate::status;
-use crate::tls::Tls;
+use crate::tls::{Alpn, Tls};
 use axum::Router;
 use axum::extract::Query;
 use axum::extract::rejection::{PathRejection, QueryRejection};
@@ -16,17 +19,15 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
+use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 use tokio::net::TcpListener;
-use tokio::sync::{Semaphore, watch};
+use tokio::sync::watch;
 use tower_http::limit::RequestBodyLimitLayer;
 
 /// Requests carry no body; anything beyond this is refused with 413.
 const MAX_BODY_BYTES: usize = 16 * 1024;
-
-/// At most this many connections over the cap are answered (503) at once; more are just closed.
-const MAX_REFUSALS_IN_FLIGHT: usize = 64;
 
 /// The routes only the HTTP listener serves.
 const ID_ROUTES: &[&str] = &[
@@ -507,7 +508,7 @@ fn method_not_allowed(method: &Method, uri: &Uri) -> Response {
     response
 }
 
-/// Serves HTTP on `listener` until `shutdown` flips to true; then stops accepting, lets
+/// Serves `router` on `listener` until `shutdown` flips to true; then stops accepting, lets
 /// in-flight requests finish (at most `config.shutdown_timeout`), and returns.
 pub async fn serve(
     listener: TcpListener,
@@ -515,7 +516,31 @@ pub async fn serve(
     router: Router,
     config: &Config,
     tls: Option<Arc<Tls>>,
-    mut shutdown: watch::Receiver<bool>,
+    shutdown: watch::Receiver<bool>,
+) {
+    serve_as("http", listener, node, router, config, tls, shutdown).await;
+}
+
+/// Serves the admin listener ([`admin_router`], never TLS) as [`serve`] does.
+pub async fn serve_admin(
+    listener: TcpListener,
+    node: Arc<Node>,
+    config: &Config,
+    shutdown: watch::Receiver<bool>,
+) {
+    let router = admin_router(Arc::clone(&node));
+    serve_as("admin", listener, node, router, config, None, shutdown).await;
+}
+
+/// [`serve`], named `name` in logs.
+async fn serve_as(
+    name: &'static str,
+    listener: TcpListener,
+    node: Arc<Node>,
+    router: Router,
+    config: &Config,
+    tls: Option<Arc<Tls>>,
+    shutdown: watch::Receiver<bool>,
 ) {
     // HTTP/1.1 only: the JSON API gains nothing from HTTP/2 (gRPC has its own port), and
     // skipping protocol detection keeps the single-ID path lean.
@@ -524,118 +549,72 @@ pub async fn serve(
         .timer(TokioTimer::new())
         .header_read_timeout(config.idle_timeout)
         .keep_alive(true);
-    let builder = Arc::new(builder);
-    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
-    let slots = Arc::new(Semaphore::new(config.max_connections));
-    let refusals = Arc::new(Semaphore::new(MAX_REFUSALS_IN_FLIGHT));
-    loop {
-        let accepted = tokio::select! {
-            accepted = listener.accept() => accepted,
-            _ = shutdown.wait_for(|stop| *stop) => break,
-        };
-        let (stream, peer) = match accepted {
-            Ok(accepted) => accepted,
-            Err(err) => {
-                // Typically out of file descriptors: back off instead of spinning.
-                tracing::warn!(error = %err, "accept failed");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                continue;
-            }
-        };
-        let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
-            node.metrics().connections_rejected.inc();
-            // Answer one request with 503 and close, within a second; past a small number of
-            // such answers at once, just close the socket.
-            if let Ok(refusal) = Arc::clone(&refusals).try_acquire_owned() {
-                let builder = Arc::clone(&builder);
-                let tls = tls.clone();
-                let handshake_timeout = config.idle_timeout.min(Duration::from_secs(1));
-                tokio::spawn(async move {
-                    let service = hyper::service::service_fn(|_request| async {
-                        let mut response = error(
-                            StatusCode::SERVICE_UNAVAILABLE,
-                            "too many connections; try again later",
-                        );
-                        response
-                            .headers_mut()
-                            .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
-                        response
-                            .headers_mut()
-                            .insert(header::CONNECTION, HeaderValue::from_static("close"));
-                        Ok::<_, std::convert::Infallible>(response)
-                    });
-                    let answer = async {
-                        match tls {
-                            None => {
-                                let _ = builder
-                                    .serve_connection(TokioIo::new(stream), service)
-                                    .await;
-                            }
-                            Some(tls) => {
-                                if let Ok(Ok(stream)) = tokio::time::timeout(
-                                    handshake_timeout,
-                                    tls.http_acceptor().accept(stream),
-                                )
-                                .await
-                                {
-                                    let _ = builder
-                                        .serve_connection(TokioIo::new(stream), service)
-                                        .await;
-                                }
-                            }
-                        }
-                    };
-                    let _ = tokio::time::timeout(Duration::from_secs(1), answer).await;
-                    drop(refusal);
-                });
-            }
-            continue;
-        };
-        let _ = stream.set_nodelay(true);
-        let service = TowerToHyperService::new(router.clone());
-        let builder = Arc::clone(&builder);
-        let watcher = graceful.watcher();
-        let tls = tls.clone();
-        let handshake_timeout = config.idle_timeout;
-        tokio::spawn(async move {
-            let result = match tls {
-                None => {
-                    let connection = builder.serve_connection(TokioIo::new(stream), service);
-                    watcher.watch(connection).await
-                }
-                Some(tls) => {
-                    // The handshake is bounded like a request's headers.
-                    let accepted =
-                        tokio::time::timeout(handshake_timeout, tls.http_acceptor().accept(stream))
-                            .await;
-                    match accepted {
-                        Ok(Ok(stream)) => {
-                            let connection =
-                                builder.serve_connection(TokioIo::new(stream), service);
-                            watcher.watch(connection).await
-                        }
-                        Ok(Err(err)) => {
-                            tracing::debug!(%peer, error = %err, "TLS handshake failed");
-                            Ok(())
-                        }
-                        Err(_) => {
-                            tracing::debug!(%peer, "TLS handshake timed out");
-                            Ok(())
-                        }
-                    }
-                }
-            };
-            if let Err(err) = result {
-                tracing::debug!(%peer, error = %err, "http connection ended with an error");
-            }
-            drop(slot);
-        });
+    let door = Arc::new(Http {
+        name,
+        builder,
+        router,
+    });
+    let rejected = node.metrics().connections_rejected.clone();
+    let limits = listen::Limits::of(config);
+    listen::serve(listener, door, tls, limits, rejected, shutdown).await;
+}
+
+/// An HTTP door: the HTTP listener, or the admin one.
+#[derive(Debug)]
+struct Http {
+    /// `http` or `admin`, for logs.
+    name: &'static str,
+    /// HTTP/1.1 with keep-alive, and the header-read timeout (`--idle-timeout-ms`) that also
+    /// bounds how long a kept-alive connection may wait for its next request.
+    builder: hyper::server::conn::http1::Builder,
+    router: Router,
+}
+
+impl listen::Door for Http {
+    const ALPN: Alpn = Alpn::Http1;
+    const OVER_CAP: OverCap = OverCap::Answer;
+
+    fn name(&self) -> &'static str {
+        self.name
     }
-    drop(listener);
-    if tokio::time::timeout(config.shutdown_timeout, graceful.shutdown())
-        .await
-        .is_err()
-    {
-        tracing::warn!(timeout = ?config.shutdown_timeout, "in-flight http requests did not finish in time");
+
+    async fn serve<S: listen::Io>(
+        self: Arc<Self>,
+        io: S,
+        peer: SocketAddr,
+        mut stop: watch::Receiver<bool>,
+    ) {
+        let service = TowerToHyperService::new(self.router.clone());
+        let connection = self.builder.serve_connection(TokioIo::new(io), service);
+        tokio::pin!(connection);
+        let result = tokio::select! {
+            result = connection.as_mut() => result,
+            () = listen::stopped(&mut stop) => {
+                // The request in flight is answered; a kept-alive connection then closes.
+                connection.as_mut().graceful_shutdown();
+                connection.await
+            }
+        };
+        if let Err(err) = result {
+            tracing::debug!(%peer, error = %err, "http connection ended with an error");
+        }
+    }
+
+    /// A 503 to the connection's first request, and close.
+    async fn refuse<S: listen::Io>(self: Arc<Self>, io: S) {
+        let service = hyper::service::service_fn(|_request| async {
+            let mut response = error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "too many connections; try again later",
+            );
+            let headers = response.headers_mut();
+            headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
+            Ok::<_, std::convert::Infallible>(response)
+        });
+        let _ = self
+            .builder
+            .serve_connection(TokioIo::new(io), service)
+            .await;
     }
 }

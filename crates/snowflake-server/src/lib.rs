@@ -17,6 +17,7 @@ pub mod grpc;
 pub mod http;
 mod json_ids;
 pub mod latency;
+pub mod listen;
 pub mod metrics;
 pub mod node;
 pub mod notify;
@@ -215,10 +216,7 @@ pub async fn run(
     }
     if let Some(listener) = listeners.admin {
         let (node, config, stop) = (Arc::clone(&node), config.clone(), stop_rx.clone());
-        front_ends.spawn(async move {
-            let router = http::admin_router(Arc::clone(&node));
-            http::serve(listener, node, router, &config, None, stop).await;
-        });
+        front_ends.spawn(async move { http::serve_admin(listener, node, &config, stop).await });
     }
     if let Some(listener) = listeners.grpc {
         let (node, config, stop) = (Arc::clone(&node), config.clone(), stop_rx.clone());

@@ -1,5 +1,5 @@
-//! TLS on the HTTP and gRPC listeners (SPEC §8 "Security"): rustls with the ring provider, no
-//! OpenSSL.
+//! TLS on the HTTP, gRPC and RESP listeners (SPEC §8 "Security"): rustls with the ring
+//! provider, no OpenSSL. The handshake itself is `listen`'s, one path for every listener.
 //!
 //! - `--tls-cert`/`--tls-key` (PEM): HTTPS on the HTTP address (ALPN `http/1.1`), gRPC over TLS
 //!   on the gRPC address (ALPN `h2`). `--tls-client-ca`: both require a client certificate
@@ -30,6 +30,17 @@ use tokio_rustls::TlsAcceptor;
 pub const RELOAD_INTERVAL: Duration = Duration::from_secs(1);
 /// Larger certificate, key or CA files are refused rather than read.
 const MAX_PEM_BYTES: u64 = 1024 * 1024;
+
+/// The application protocol a listener's TLS handshake offers (ALPN).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Alpn {
+    /// `http/1.1`: the HTTP listener.
+    Http1,
+    /// `h2`: the gRPC listener.
+    H2,
+    /// None offered: the RESP listener (Redis clients offer none).
+    None,
+}
 
 /// The files of `--tls-cert`, `--tls-key` and `--tls-client-ca`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -91,19 +102,14 @@ impl Tls {
         Arc::clone(&self.current.read().unwrap_or_else(|p| p.into_inner()))
     }
 
-    /// An acceptor for the HTTP listener (ALPN `http/1.1`), with the current configuration.
-    pub fn http_acceptor(&self) -> TlsAcceptor {
-        TlsAcceptor::from(Arc::clone(&self.current().http))
-    }
-
-    /// An acceptor for the gRPC listener (ALPN `h2`), with the current configuration.
-    pub fn grpc_acceptor(&self) -> TlsAcceptor {
-        TlsAcceptor::from(Arc::clone(&self.current().grpc))
-    }
-
-    /// An acceptor for the RESP listener, with the current configuration.
-    pub fn resp_acceptor(&self) -> TlsAcceptor {
-        TlsAcceptor::from(Arc::clone(&self.current().resp))
+    /// An acceptor offering `alpn`, with the current configuration.
+    pub fn acceptor(&self, alpn: Alpn) -> TlsAcceptor {
+        let current = self.current();
+        TlsAcceptor::from(Arc::clone(match alpn {
+            Alpn::Http1 => &current.http,
+            Alpn::H2 => &current.grpc,
+            Alpn::None => &current.resp,
+        }))
     }
 
     /// Whether client certificates are required.

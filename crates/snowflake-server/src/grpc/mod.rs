@@ -5,37 +5,38 @@
 //!
 //! The handlers only translate to the [`Node`]'s calls: [`IssueError::BadRequest`] becomes
 //! `INVALID_ARGUMENT`, [`IssueError::Unavailable`] becomes `UNAVAILABLE` with the node's reason
-//! and a `retry-after` (seconds) trailer. The accept loop caps connections, sets `TCP_NODELAY`,
-//! and on shutdown stops accepting and lets in-flight calls finish within the shutdown timeout.
-//! Each connection is served on the `h2` crate directly (`grpc/transport.rs`): `NextId` is
-//! answered there, every other call goes to these tonic services.
+//! and a `retry-after` (seconds) trailer. The listener (its cap, TLS handshake and drain) is
+//! `listen`'s. Each connection is served on the `h2` crate directly (`conn`): `NextId` is
+//! answered on a fast path of its own (`next_id`), every other call goes to these tonic services
+//! (`bridge`).
 
 use crate::config::Config;
 use crate::latency::Histogram;
+use crate::listen::{self, OverCap};
 use crate::node::{IssueError, Node, Protocol};
-use futures_util::{Stream, StreamExt};
+use crate::tls::Alpn;
+use futures_util::Stream;
 use pb::snowflake_server::{Snowflake, SnowflakeServer};
 use pb::{
     DecodeRequest, DecodeResponse, GetInfoRequest, GetInfoResponse, NextIdRequest, NextIdResponse,
     NextIdsRequest, NextIdsResponse, RangeRequest, RangeResponse, StreamIdsRequest,
 };
 use snowflake_core::{IdBatch, SnowflakeId};
-use std::io;
+use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
-use tokio::task::JoinSet;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
 use tonic::metadata::MetadataValue;
 use tonic::service::Routes;
 use tonic::{Request, Response, Status};
 use tonic_health::ServingStatus;
 use tonic_health::server::HealthReporter;
 
-mod transport;
+mod bridge;
+mod conn;
+mod next_id;
 
 /// The code generated from `proto/snowflake/v1/snowflake.proto` (messages, the server trait
 /// and a client), from the `snowflake-proto` crate; re-exported under its old path.
@@ -130,12 +131,12 @@ impl SnowflakeService {
 
 /// Set by our handlers when they run. A call of one of our methods that tonic answers without
 /// running its handler (a malformed, compressed or oversized message) is then counted by the
-/// transport, from the status tonic sent, instead of by nobody.
+/// bridge, from the status tonic sent, instead of by nobody.
 #[derive(Debug, Clone, Default)]
 struct Handled(Arc<std::sync::atomic::AtomicBool>);
 
 impl Handled {
-    /// Marks `request`'s call as counted by its handler (a no-op for calls the transport did
+    /// Marks `request`'s call as counted by its handler (a no-op for calls the bridge did
     /// not tag).
     fn mark<T>(request: &Request<T>) {
         if let Some(handled) = request.extensions().get::<Handled>() {
@@ -382,145 +383,28 @@ impl Snowflake for SnowflakeService {
     }
 }
 
-/// An accepted connection holding one of the listener's connection slots until it closes.
+/// The gRPC door: every connection of the listener shares its services and settings.
 #[derive(Debug)]
-struct Conn {
-    stream: TcpStream,
-    _slot: OwnedSemaphorePermit,
-}
+struct Grpc(Arc<conn::Shared>);
 
-impl AsyncRead for Conn {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.stream).poll_read(cx, buf)
-    }
-}
+impl listen::Door for Grpc {
+    const ALPN: Alpn = Alpn::H2;
+    // A gRPC client cannot read an answer before its first call: closed at once, it fails
+    // over or reconnects.
+    const OVER_CAP: OverCap = OverCap::Close;
 
-impl AsyncWrite for Conn {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.stream).poll_write(cx, buf)
+    fn name(&self) -> &'static str {
+        "grpc"
     }
 
-    fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.stream).poll_write_vectored(cx, bufs)
+    fn serve<S: listen::Io>(
+        self: Arc<Self>,
+        io: S,
+        _peer: std::net::SocketAddr,
+        stop: watch::Receiver<bool>,
+    ) -> impl Future<Output = ()> + Send {
+        conn::serve_connection(io, Arc::clone(&self.0), stop)
     }
-
-    fn is_write_vectored(&self) -> bool {
-        self.stream.is_write_vectored()
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.stream).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.stream).poll_shutdown(cx)
-    }
-}
-
-/// Accepted connections, at most `max_connections` open at once: past the cap a connection is
-/// closed at once (and counted), and accept errors (e.g. out of file descriptors) back off.
-fn incoming(
-    listener: TcpListener,
-    node: Arc<Node>,
-    max_connections: usize,
-) -> impl Stream<Item = io::Result<Conn>> {
-    let slots = Arc::new(Semaphore::new(max_connections));
-    futures_util::stream::unfold(
-        (listener, slots, node),
-        |(listener, slots, node)| async move {
-            loop {
-                let (stream, peer) = match listener.accept().await {
-                    Ok(accepted) => accepted,
-                    Err(err) => {
-                        tracing::warn!(error = %err, "grpc accept failed");
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                        continue;
-                    }
-                };
-                let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
-                    node.metrics().connections_rejected.inc();
-                    tracing::debug!(%peer, "grpc connection refused: too many connections");
-                    drop(stream);
-                    continue;
-                };
-                let _ = stream.set_nodelay(true);
-                let conn = Conn {
-                    stream,
-                    _slot: slot,
-                };
-                return Some((Ok(conn), (listener, slots, node)));
-            }
-        },
-    )
-}
-
-/// Serves every accepted connection on a task of its own until `shutdown` flips; then stops
-/// accepting (the listener closes) and waits for the connections to finish their calls.
-async fn accept_loop(
-    connections: impl Stream<Item = io::Result<Conn>>,
-    shared: Arc<transport::Shared>,
-    tls: Option<Arc<crate::tls::Tls>>,
-    shutdown: watch::Receiver<bool>,
-) {
-    let mut connections = Box::pin(connections);
-    let mut stop = shutdown.clone();
-    let mut open = JoinSet::new();
-    loop {
-        let conn = tokio::select! {
-            _ = stop.wait_for(|stop| *stop) => break,
-            conn = connections.next() => conn,
-        };
-        match conn {
-            Some(Ok(conn)) => match &tls {
-                None => {
-                    open.spawn(transport::serve_connection(
-                        conn,
-                        Arc::clone(&shared),
-                        shutdown.clone(),
-                    ));
-                }
-                Some(tls) => {
-                    // The handshake runs on the connection's task, bounded like the HTTP/2 one.
-                    let acceptor = tls.grpc_acceptor();
-                    let (shared, shutdown) = (Arc::clone(&shared), shutdown.clone());
-                    open.spawn(async move {
-                        match tokio::time::timeout(
-                            transport::HANDSHAKE_TIMEOUT,
-                            acceptor.accept(conn),
-                        )
-                        .await
-                        {
-                            Ok(Ok(stream)) => {
-                                transport::serve_connection(stream, shared, shutdown).await;
-                            }
-                            Ok(Err(err)) => {
-                                tracing::debug!(error = %err, "grpc: TLS handshake failed");
-                            }
-                            Err(_) => tracing::debug!("grpc: TLS handshake timed out"),
-                        }
-                    });
-                }
-            },
-            Some(Err(err)) => tracing::warn!(error = %err, "grpc accept failed"),
-            None => break,
-        }
-        while open.try_join_next().is_some() {}
-    }
-    // Closes the listener: new connections are refused while the open ones drain.
-    drop(connections);
-    while open.join_next().await.is_some() {}
 }
 
 /// Keeps the health status of "" and [`SERVICE_NAME`] in step with the node's readiness until
@@ -606,31 +490,20 @@ pub async fn serve(
         None => routes,
     }
     .prepare();
-    let shared = Arc::new(transport::Shared {
+    let limits = listen::Limits::of(config);
+    let shared = Arc::new(conn::Shared {
         routes,
         service,
         request_timeout: config.request_timeout,
+        handshake_timeout: limits.handshake_timeout(),
         max_streams: MAX_STREAMS_PER_CONNECTION,
         keepalive_interval: config.idle_timeout / 2,
         keepalive_timeout: KEEPALIVE_TIMEOUT,
         idle_timeout: config.idle_timeout,
     });
-    let server = accept_loop(
-        incoming(listener, Arc::clone(&node), config.max_connections),
-        shared,
-        tls,
-        shutdown.clone(),
-    );
-    let health = track_health(node, reporter, shutdown.clone());
-    let mut stop = shutdown;
-    let deadline = async move {
-        let _ = stop.wait_for(|stop| *stop).await;
-        tokio::time::sleep(config.shutdown_timeout).await;
-    };
-    tokio::select! {
-        ((), ()) = async { tokio::join!(server, health) } => {}
-        () = deadline => {
-            tracing::warn!(timeout = ?config.shutdown_timeout, "in-flight grpc calls did not finish in time");
-        }
-    }
+    let rejected = node.metrics().connections_rejected.clone();
+    let door = Arc::new(Grpc(shared));
+    let server = listen::serve(listener, door, tls, limits, rejected, shutdown.clone());
+    let health = track_health(node, reporter, shutdown);
+    tokio::join!(server, health);
 }

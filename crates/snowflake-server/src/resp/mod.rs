@@ -5,22 +5,27 @@
 //! One task per connection reads what the socket has, answers every complete command in it
 //! (pipelining) into one buffer, and writes that buffer once: reads and writes are batched per
 //! wake-up, not per command. The same node, guarantees, connection cap, idle timeout and drain
-//! as the other front ends; requests are counted as `protocol="resp"`.
+//! as the other front ends (the listener is `listen`'s); requests are counted as
+//! `protocol="resp"`.
 
 pub mod parse;
 
 use crate::config::Config;
 use crate::latency::RouteLatencies;
+use crate::listen::{self, OverCap, deadline::Progress};
 use crate::node::{IssueError, Node, Protocol};
+use crate::tls::Alpn;
 use parse::Limits;
 use prometheus_client::metrics::counter::Counter;
 use std::io::Write as _;
+use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpListener;
-use tokio::sync::{Semaphore, watch};
-use tokio::task::JoinSet;
+use tokio::sync::watch;
+use tokio::time::Instant;
 
 /// The commands a connection answers, as metric route labels.
 const COMMANDS: &[&str] = &[
@@ -50,64 +55,55 @@ pub async fn serve(
     node: Arc<Node>,
     config: &Config,
     tls: Option<Arc<crate::tls::Tls>>,
-    mut shutdown: watch::Receiver<bool>,
+    shutdown: watch::Receiver<bool>,
 ) {
-    let slots = Arc::new(Semaphore::new(config.max_connections));
-    let limits = config.resp_limits;
-    let idle = config.idle_timeout;
-    let mut connections = JoinSet::new();
-    let mut next_id: u64 = 0;
-    loop {
-        let accepted = tokio::select! {
-            accepted = listener.accept() => accepted,
-            _ = shutdown.wait_for(|stop| *stop) => break,
-            Some(_) = connections.join_next(), if !connections.is_empty() => continue,
-        };
-        let (stream, peer) = match accepted {
-            Ok(accepted) => accepted,
-            Err(err) => {
-                tracing::warn!(error = %err, "resp accept failed");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                continue;
-            }
-        };
-        let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
-            node.metrics().connections_rejected.inc();
-            // Redis answers an over-the-limit client with an error and closes.
-            let mut stream = stream;
-            let _ = tokio::time::timeout(
-                Duration::from_millis(200),
-                stream.write_all(b"-ERR max number of clients reached\r\n"),
-            )
-            .await;
-            continue;
-        };
-        let _ = stream.set_nodelay(true);
-        next_id += 1;
-        let (node, stop, tls) = (Arc::clone(&node), shutdown.clone(), tls.clone());
-        let client_id = next_id;
-        connections.spawn(async move {
-            match tls {
-                None => connection(stream, &node, limits, idle, client_id, stop).await,
-                Some(tls) => {
-                    match tokio::time::timeout(idle, tls.resp_acceptor().accept(stream)).await {
-                        Ok(Ok(stream)) => {
-                            connection(stream, &node, limits, idle, client_id, stop).await;
-                        }
-                        _ => tracing::debug!(%peer, "resp: TLS handshake failed or timed out"),
-                    }
-                }
-            }
-            drop(slot);
-        });
-    }
-    drop(listener);
-    let drained = tokio::time::timeout(config.shutdown_timeout, async {
-        while connections.join_next().await.is_some() {}
+    let rejected = node.metrics().connections_rejected.clone();
+    let door = Arc::new(Resp {
+        node,
+        limits: config.resp_limits,
+        idle: config.idle_timeout,
+        clients: AtomicU64::new(0),
     });
-    if drained.await.is_err() {
-        tracing::warn!(timeout = ?config.shutdown_timeout, "resp connections did not finish in time");
-        connections.abort_all();
+    let limits = listen::Limits::of(config);
+    listen::serve(listener, door, tls, limits, rejected, shutdown).await;
+}
+
+/// The RESP door: what its connections share.
+#[derive(Debug)]
+struct Resp {
+    node: Arc<Node>,
+    /// What one request may hold.
+    limits: Limits,
+    /// How long a connection may send nothing, or take nothing of a reply.
+    idle: Duration,
+    /// The `CLIENT ID` of the last connection served.
+    clients: AtomicU64,
+}
+
+impl listen::Door for Resp {
+    const ALPN: Alpn = Alpn::None;
+    // Redis answers an over-the-limit client with an error and closes.
+    const OVER_CAP: OverCap = OverCap::Answer;
+
+    fn name(&self) -> &'static str {
+        "resp"
+    }
+
+    async fn serve<S: listen::Io>(
+        self: Arc<Self>,
+        io: S,
+        _peer: SocketAddr,
+        stop: watch::Receiver<bool>,
+    ) {
+        let client_id = self.clients.fetch_add(1, Ordering::Relaxed) + 1;
+        connection(io, &self.node, self.limits, self.idle, client_id, stop).await;
+    }
+
+    async fn refuse<S: listen::Io>(self: Arc<Self>, mut io: S) {
+        let _ = io
+            .write_all(b"-ERR max number of clients reached\r\n")
+            .await;
+        let _ = io.flush().await;
     }
 }
 
@@ -227,13 +223,13 @@ async fn connection<S>(
         .saturating_add(limits.max_args.saturating_mul(24))
         .saturating_add(limits.max_inline_bytes);
     // The idle deadline and the stop signal are made once per connection, not once per read or
-    // write: a request then costs no timer registration (see `Idle`).
-    let mut idle = Idle::new(idle);
+    // write: a request then costs no timer registration (see `Progress`).
+    let mut idle = Progress::new(idle);
     let mut stop_rx = shutdown.clone();
     let stop = stop_rx.wait_for(|stop| *stop);
     tokio::pin!(stop);
     // When the bytes being answered arrived (the idle timer's last read).
-    let mut read_at = idle.last;
+    let mut read_at = idle.last();
     loop {
         // Everything complete in the buffer, in order.
         let mut used = 0;
@@ -297,75 +293,13 @@ async fn connection<S>(
         if !read {
             return;
         }
-        read_at = idle.last;
+        read_at = idle.last();
     }
 }
 
 /// A command's arguments, borrowed from the input buffer; commands of up to 8 arguments (all
 /// the ones answered here) need no allocation.
 type Args<'a> = smallvec::SmallVec<[&'a [u8]; 8]>;
-
-/// A connection's idle deadline: a peer that sends nothing, or reads nothing of a reply, for
-/// `limit` is gone. One timer per connection, moved forward only when it fires early, so the
-/// busy path reads the clock instead of registering a timer per read and per write.
-struct Idle {
-    limit: Duration,
-    /// When the connection last moved (bytes read, or a reply started or finished).
-    last: Instant,
-    timer: std::pin::Pin<Box<tokio::time::Sleep>>,
-}
-
-impl Idle {
-    fn new(limit: Duration) -> Idle {
-        let now = Instant::now();
-        Idle {
-            limit,
-            last: now,
-            timer: Box::pin(tokio::time::sleep_until((now + limit).into())),
-        }
-    }
-
-    /// Runs `io` until it completes (`Some`) or the connection has been idle for the limit
-    /// (`None`).
-    async fn within<T>(&mut self, io: impl std::future::Future<Output = T>) -> Option<T> {
-        tokio::pin!(io);
-        loop {
-            tokio::select! {
-                biased;
-                done = &mut io => {
-                    self.last = Instant::now();
-                    return Some(done);
-                }
-                () = &mut self.timer => {
-                    let due = self.last + self.limit;
-                    if Instant::now() >= due {
-                        return None;
-                    }
-                    self.timer.as_mut().reset(due.into());
-                }
-            }
-        }
-    }
-
-    /// Reads what the socket has into `input`; false when the peer left, failed or idled.
-    async fn read<S: AsyncRead + Unpin>(&mut self, stream: &mut S, input: &mut Vec<u8>) -> bool {
-        matches!(self.within(stream.read_buf(input)).await, Some(Ok(n)) if n > 0)
-    }
-
-    /// Writes `out` (and clears it); false when the connection is done for: the peer failed, or
-    /// read nothing of it for the idle limit.
-    async fn write<S: AsyncWrite + Unpin>(&mut self, stream: &mut S, out: &mut Vec<u8>) -> bool {
-        self.last = Instant::now();
-        // `flush` too: over TLS, records can stay in the session's buffer after `write_all`.
-        let written = async {
-            stream.write_all(out).await?;
-            stream.flush().await
-        };
-        let ok = matches!(self.within(written).await, Some(Ok(())));
-        out.clear();
-        ok
-    }
-}
 
 fn simple(out: &mut Vec<u8>, text: &str) {
     out.push(b'+');

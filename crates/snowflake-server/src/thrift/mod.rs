@@ -11,11 +11,14 @@
 
 use crate::config::Config;
 use crate::latency::RouteLatencies;
+use crate::listen::{self, OverCap, deadline::Progress};
 use crate::node::{IssueError, Node, NotNow, Protocol};
+use crate::tls::Alpn;
 use bytes::Bytes;
 use futures_util::{SinkExt, StreamExt};
 use snowflake_proto::thrift::generated::{SnowflakeSyncHandler, TSnowflakeProcessFunctions};
 use std::cell::Cell;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 use thrift::protocol::{
@@ -23,9 +26,8 @@ use thrift::protocol::{
     TOutputProtocol,
 };
 use thrift::{ApplicationError, ApplicationErrorKind, TConfiguration};
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{Semaphore, watch};
-use tokio::task::JoinSet;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::codec::{Framed, LengthDelimitedCodec};
 
@@ -43,49 +45,45 @@ pub async fn serve(
     listener: TcpListener,
     node: Arc<Node>,
     config: &Config,
-    mut shutdown: watch::Receiver<bool>,
+    shutdown: watch::Receiver<bool>,
 ) {
-    let slots = Arc::new(Semaphore::new(config.max_connections));
-    let limits = Limits {
-        max_frame_bytes: config.thrift_max_frame_bytes,
-        idle_timeout: config.idle_timeout,
-    };
-    let mut connections = JoinSet::new();
-    loop {
-        let accepted = tokio::select! {
-            accepted = listener.accept() => accepted,
-            _ = shutdown.wait_for(|stop| *stop) => break,
-            // Reap finished connection tasks so the set does not grow.
-            Some(_) = connections.join_next(), if !connections.is_empty() => continue,
-        };
-        let (stream, peer) = match accepted {
-            Ok(accepted) => accepted,
-            Err(err) => {
-                tracing::warn!(error = %err, "thrift accept failed");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                continue;
-            }
-        };
-        let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
-            // Thrift has no way to answer before a request arrives: close at once.
-            node.metrics().connections_rejected.inc();
-            continue;
-        };
-        let _ = stream.set_nodelay(true);
-        let (node, stop) = (Arc::clone(&node), shutdown.clone());
-        connections.spawn(async move {
-            connection(stream, &node, limits, stop).await;
-            tracing::debug!(%peer, "thrift connection closed");
-            drop(slot);
-        });
-    }
-    drop(listener);
-    let drained = tokio::time::timeout(config.shutdown_timeout, async {
-        while connections.join_next().await.is_some() {}
+    let rejected = node.metrics().connections_rejected.clone();
+    let door = Arc::new(Thrift {
+        node,
+        limits: Limits {
+            max_frame_bytes: config.thrift_max_frame_bytes,
+            idle_timeout: config.idle_timeout,
+        },
     });
-    if drained.await.is_err() {
-        tracing::warn!(timeout = ?config.shutdown_timeout, "thrift connections did not finish in time");
-        connections.abort_all();
+    // Thrift stays plaintext (2010 clients).
+    let limits = listen::Limits::of(config);
+    listen::serve(listener, door, None, limits, rejected, shutdown).await;
+}
+
+/// The Thrift door: what its connections share.
+#[derive(Debug)]
+struct Thrift {
+    node: Arc<Node>,
+    limits: Limits,
+}
+
+impl listen::Door for Thrift {
+    const ALPN: Alpn = Alpn::None;
+    // Thrift has no way to answer before a request arrives: closed at once.
+    const OVER_CAP: OverCap = OverCap::Close;
+
+    fn name(&self) -> &'static str {
+        "thrift"
+    }
+
+    async fn serve<S: listen::Io>(
+        self: Arc<Self>,
+        io: S,
+        peer: SocketAddr,
+        stop: watch::Receiver<bool>,
+    ) {
+        connection(io, &self.node, self.limits, stop).await;
+        tracing::debug!(%peer, "thrift connection closed");
     }
 }
 
@@ -102,8 +100,8 @@ struct Limits {
 /// One connection: frame in, frame out, until the peer leaves, sends something that is not a
 /// Thrift frame, idles too long (between requests, or by not reading a reply), or the service
 /// stops.
-async fn connection(
-    stream: TcpStream,
+async fn connection<S: listen::Io>(
+    stream: S,
     node: &Node,
     limits: Limits,
     mut shutdown: watch::Receiver<bool>,
@@ -115,37 +113,44 @@ async fn connection(
         .new_codec();
     let mut framed = Framed::new(stream, codec);
     let mut latencies = node.metrics().route_latencies(Protocol::Thrift);
+    // One deadline for the connection's life: a whole next request within the idle timeout of
+    // the last reply (a frame trickled in does not move it), a whole reply taken within the
+    // idle timeout of its start.
+    let mut progress = Progress::new(limits.idle_timeout);
     loop {
         let next = tokio::select! {
-            next = tokio::time::timeout(limits.idle_timeout, framed.next()) => next,
+            next = progress.within(framed.next()) => next,
             _ = shutdown.wait_for(|stop| *stop) => return,
         };
         let frame = match next {
-            Err(_) => return,
-            Ok(None) => return,
-            Ok(Some(Err(err))) => {
+            None => return,
+            Some(None) => return,
+            Some(Some(Err(err))) => {
                 // An oversized, negative or garbage length: nothing was allocated for it.
                 node.metrics().thrift_bad_frames.inc();
                 tracing::debug!(error = %err, "closing a thrift connection that sent a bad frame");
                 return;
             }
-            Ok(Some(Ok(frame))) => frame,
+            Some(Some(Ok(frame))) => frame,
         };
         let Some(reply) = answer(node, &frame, limits.max_frame_bytes, &mut latencies).await else {
             node.metrics().thrift_bad_frames.inc();
             return;
         };
         if reply.is_empty() {
+            // Nothing to send: the next request is due within the idle timeout from now.
+            progress.moved();
             continue;
         }
         // A peer that pipelines requests and never reads the replies fills the socket buffers,
         // and this write then waits on it. The idle timeout bounds it (not the request timeout,
         // which bounds our own waiting for the clock or the disk): a peer that takes nothing
         // for that long is as idle as one that sends nothing, and loses its connection slot.
-        match tokio::time::timeout(limits.idle_timeout, framed.send(Bytes::from(reply))).await {
-            Ok(Ok(())) => {}
-            Ok(Err(_)) => return,
-            Err(_elapsed) => {
+        progress.moved();
+        match progress.within(framed.send(Bytes::from(reply))).await {
+            Some(Ok(())) => {}
+            Some(Err(_)) => return,
+            None => {
                 tracing::debug!(
                     "closing a thrift connection that took no reply within the idle timeout"
                 );
