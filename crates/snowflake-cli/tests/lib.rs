@@ -12,6 +12,7 @@ mod etcd_mark;
 mod etcd_secure;
 mod fleet;
 mod kubernetes;
+mod listen;
 mod prometheus;
 mod resp;
 mod serve;

@@ -1,8 +1,9 @@
 //! TLS on the service's own listeners (SPEC §8 "Security"), on the real binary with
-//! certificates made by openssl and curl as the client: HTTPS, mutual TLS and its refusals, the
-//! admin listener that never asks for a client certificate, bad files at start, and renewed
-//! files picked up without a restart (gRPC over TLS and keep-alive connections across a renewal
-//! are tested with grpcio and Python's own TLS in tests/peers).
+//! certificates made by openssl and curl as the client: HTTPS and mutual TLS, the admin listener
+//! that never asks for a client certificate, bad files at start, and renewed files picked up
+//! without a restart (gRPC over TLS and keep-alive connections across a renewal are tested with
+//! grpcio and Python's own TLS in tests/peers; what every TLS door refuses, and its handshake
+//! timeout, in the server's `listen` tests).
 
 use crate::certs::Certs;
 use crate::support::{Serve, ServeProcess, assert_exit, get, temp_dir};
@@ -48,12 +49,10 @@ fn path_str(certs: &Certs, name: &str) -> String {
 }
 
 #[test]
-fn https_serves_ids_and_mutual_tls_refuses_missing_and_foreign_client_certificates() {
+fn curl_gets_ids_over_https_and_mutual_tls() {
     let certs = Certs::new();
     certs.issue("server", "snowflake-server", "ca", true, 30);
     certs.issue("client", "snowflake-client", "ca", false, 30);
-    certs.ca("other-ca");
-    certs.issue("foreign", "intruder", "other-ca", false, 30);
     let ca = path_str(&certs, "ca.crt");
 
     // TLS only: any client that trusts the CA.
@@ -66,12 +65,6 @@ fn https_serves_ids_and_mutual_tls_refuses_missing_and_foreign_client_certificat
     assert_ne!(
         untrusted.code, 0,
         "a client that does not trust the CA: {untrusted:?}"
-    );
-    // Plain HTTP to the TLS port gets no answer.
-    let plain = crate::support::try_get(node.addr(), "/v1/id");
-    assert!(
-        plain.as_ref().map_or(true, |r| r.status != 200),
-        "plaintext served on the TLS port: {plain:?}"
     );
     assert!(node.stderr().contains("tls=\"on\""), "{}", node.stderr());
     assert_exit(&node.stop_with("TERM"), 0);
@@ -90,30 +83,7 @@ fn https_serves_ids_and_mutual_tls_refuses_missing_and_foreign_client_certificat
     let served = curl(node.addr(), "/v1/ids?count=3", &client);
     assert_eq!(served.code, 0, "{served:?}");
     assert!(served.stdout.contains("\"ids\""), "{served:?}");
-    let without = curl(node.addr(), "/v1/id", &["--cacert", &ca]);
-    assert_ne!(
-        without.code, 0,
-        "served without a client certificate: {without:?}"
-    );
-    let foreign = curl(
-        node.addr(),
-        "/v1/id",
-        &[
-            "--cacert",
-            &ca,
-            "--cert",
-            &path_str(&certs, "foreign.crt"),
-            "--key",
-            &path_str(&certs, "foreign.key"),
-        ],
-    );
-    assert_ne!(
-        foreign.code, 0,
-        "served a certificate of another CA: {foreign:?}"
-    );
     assert!(node.stderr().contains("tls=\"mutual\""));
-    // The node is unharmed by the refusals.
-    assert_eq!(curl(node.addr(), "/v1/id", &client).code, 0);
     assert_exit(&node.stop_with("TERM"), 0);
 }
 

@@ -2,10 +2,12 @@
 
 mod client_layouts;
 mod config;
+mod doors;
 mod fleet;
 mod grpc;
 mod http_api;
 mod layouts;
+mod listen;
 mod mixed;
 mod resp;
 mod restart;

@@ -157,18 +157,6 @@ impl TestServer {
         get(self.addr, path, &[]).await
     }
 
-    /// Repeats a GET (in real time, bounded) until it answers `status`.
-    pub async fn get_until(&self, path: &str, status: StatusCode) -> Reply {
-        for _ in 0..200 {
-            let reply = self.get(path).await;
-            if reply.status == status {
-                return reply;
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-        }
-        panic!("{path} never answered {status}: {:?}", self.get(path).await);
-    }
-
     /// Waits (in real time, at most 5 s) until `/metrics` holds every line of `wanted` (what a
     /// connection counts after its replies are written shows a moment later); panics with the
     /// last scrape otherwise.
