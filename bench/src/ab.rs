@@ -1,8 +1,9 @@
 //! Two builds of the service side by side (`ab --baseline BIN`): single-ID throughput over
-//! HTTP (wrk), gRPC (h2load) and RESP (redis-benchmark), in rounds that alternate which build
-//! goes first, so the machine's noise hits both alike. Prints a Markdown table of every round
-//! and the medians, with the candidate's share of the baseline's rate. For changes on the hot
-//! path (a new metric, a new check) that must keep most of the throughput.
+//! HTTP (wrk), gRPC (h2load), Thrift (`snowflake bench`) and RESP (redis-benchmark), and
+//! batches of 4,096 IDs over HTTP (`snowflake bench --batch 4096`, in IDs/s), in rounds that
+//! alternate which build goes first, so the machine's noise hits both alike. Prints a Markdown
+//! table of every round and the medians, with the candidate's share of the baseline's rate. For
+//! changes on the hot path (a new metric, a new check) that must keep most of the throughput.
 
 use crate::service::{self, RedisTarget, SfServer};
 use anyhow::{Result, ensure};
@@ -10,8 +11,8 @@ use std::path::Path;
 
 /// Connections per tool: the peak-throughput setting of the service section.
 const CONNECTIONS: u32 = 50;
-/// The protocols measured, in order.
-const PROTOCOLS: [&str; 3] = ["http", "grpc", "resp"];
+/// What is measured, in order: single IDs per protocol, then batches over HTTP.
+const PROTOCOLS: [&str; 5] = ["http", "grpc", "thrift", "resp", "http-batch-4096"];
 
 /// Runs `rounds` rounds of `secs` seconds per protocol and build, and prints the table.
 pub fn run(baseline: &Path, candidate: &Path, rounds: usize, secs: u64) -> Result<()> {
@@ -23,14 +24,14 @@ pub fn run(baseline: &Path, candidate: &Path, rounds: usize, secs: u64) -> Resul
     ];
     // rates[protocol][build] = one rate per round.
     let mut rates = vec![[Vec::new(), Vec::new()]; PROTOCOLS.len()];
-    println!("| round | protocol | baseline req/s | candidate req/s |");
+    println!("| round | protocol | baseline req/s (IDs/s for batches) | candidate |");
     println!("|---|---|---:|---:|");
     for round in 1..=rounds {
         let order = if round % 2 == 1 { [0, 1] } else { [1, 0] };
         for (p, protocol) in PROTOCOLS.iter().enumerate() {
             let mut this = [0.0; 2];
             for &build in &order {
-                this[build] = measure(&servers[build], protocol, secs, work.path())?;
+                this[build] = measure(&servers[build], protocol, secs, work.path(), candidate)?;
                 rates[p][build].push(this[build]);
             }
             println!("| {round} | {protocol} | {:.0} | {:.0} |", this[0], this[1]);
@@ -50,8 +51,26 @@ pub fn run(baseline: &Path, candidate: &Path, rounds: usize, secs: u64) -> Resul
     Ok(())
 }
 
-/// One build's single-ID rate over `protocol` for `secs` seconds.
-fn measure(server: &SfServer, protocol: &str, secs: u64, work: &Path) -> Result<f64> {
+/// One build's rate over `protocol` for `secs` seconds (requests/s; IDs/s for batches);
+/// `client` is the `snowflake` binary whose `bench` measures Thrift and batches (the same for
+/// both builds).
+fn measure(
+    server: &SfServer,
+    protocol: &str,
+    secs: u64,
+    work: &Path,
+    client: &Path,
+) -> Result<f64> {
+    let bench = |protocol: &str, args: &[&str]| -> Result<f64> {
+        let port = server.port(protocol);
+        let r = service::sf_bench(client, protocol, port, args, secs as f64)?;
+        ensure!(
+            r.errors_total == 0,
+            "snowflake bench: {} errors",
+            r.errors_total
+        );
+        Ok(r.ids_per_sec)
+    };
     Ok(match protocol {
         "http" => {
             let wrk = service::wrk(server.port("http"), CONNECTIONS, secs)?;
@@ -68,6 +87,8 @@ fn measure(server: &SfServer, protocol: &str, secs: u64, work: &Path) -> Result<
             ensure!(h2.failed == 0, "h2load: {} failed requests", h2.failed);
             h2.requests_per_sec
         }
+        "thrift" => bench("thrift", &["-c", &CONNECTIONS.to_string()])?,
+        "http-batch-4096" => bench("http", &["-c", &CONNECTIONS.to_string(), "--batch", "4096"])?,
         _ => {
             // redis-benchmark runs a count, not a duration: about `secs` at ~100,000/s.
             let target = RedisTarget::plain(server.port("resp"));

@@ -43,8 +43,9 @@ enum Cmd {
     Soak(SoakArgs),
     /// Markdown and SVG charts from DIR/lib.json, DIR/service.json and DIR/soak.json.
     Report(ReportArgs),
-    /// Two builds of our server side by side: single-ID throughput over HTTP, gRPC and RESP in
-    /// alternating rounds, medians and the candidate's share (prints a table; writes nothing).
+    /// Two builds of our server side by side: single-ID throughput over HTTP, gRPC, Thrift and
+    /// RESP, and batches over HTTP, in alternating rounds, medians and the candidate's share
+    /// (prints a table; writes nothing).
     Ab(AbArgs),
     /// lib, service and report in one go (not the soak; with --quick, a short soak too).
     All(AllArgs),
