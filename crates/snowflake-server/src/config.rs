@@ -208,8 +208,9 @@ pub struct ServeArgs {
     pub request_timeout_ms: Option<String>,
 
     /// Longest time a connection may make no progress: to send a request's headers, between
-    /// requests (HTTP keep-alive, Thrift, gRPC with no call open), or to take a reply (Thrift
-    /// write, gRPC flow-control window), 1..=3600000 ms [default: 60000].
+    /// requests (HTTP keep-alive, Thrift, RESP, gRPC with no call open), or to take a reply
+    /// (Thrift and RESP writes, gRPC flow-control window); a TLS handshake gets at most 10 s of
+    /// it. 1..=3600000 ms [default: 60000].
     #[arg(
         long,
         env = "SNOWFLAKE_IDLE_TIMEOUT_MS",
