@@ -125,40 +125,47 @@ pub async fn serve<D: Door>(
     let slots = Arc::new(Semaphore::new(limits.max_connections));
     let refusals = cap::Refusals::new(limits);
     let mut open = JoinSet::new();
-    loop {
-        let (stream, peer) = tokio::select! {
-            accepted = accept::next(&listener, name) => accepted,
-            () = stopped(&mut stop) => break,
-            // Reap finished connections so the set does not grow.
-            Some(_) = open.join_next(), if !open.is_empty() => continue,
-        };
-        let _ = stream.set_nodelay(true);
-        let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
-            rejected.inc();
-            refusals.refuse(&door, stream, peer, tls.clone());
-            continue;
-        };
-        let (door, tls, stop) = (Arc::clone(&door), tls.clone(), stop.clone());
-        let handshake_timeout = limits.handshake_timeout();
-        open.spawn(async move {
-            match tls {
-                None => door.serve(stream, peer, stop).await,
-                Some(tls) => {
-                    let handshake = handshake::accept(&tls, D::ALPN, stream, handshake_timeout);
-                    let mut stopping = stop.clone();
-                    // Shutting down: a connection still in its handshake owes nobody anything.
-                    let accepted = tokio::select! {
-                        accepted = handshake => accepted,
-                        () = stopped(&mut stopping) => return,
-                    };
-                    match accepted {
-                        Ok(stream) => door.serve(stream, peer, stop).await,
-                        Err(failed) => tracing::debug!(door = name, %peer, "{failed}"),
-                    }
+    {
+        // One accept in progress across the loop's turns, so that reaping a finished
+        // connection never cuts short the pause after a failed accept.
+        let mut next = std::pin::pin!(accept::next(&listener, name));
+        loop {
+            let (stream, peer) = tokio::select! {
+                accepted = next.as_mut() => {
+                    next.set(accept::next(&listener, name));
+                    accepted
                 }
-            }
-            drop(slot);
-        });
+                () = stopped(&mut stop) => break,
+                // Reap finished connections so the set does not grow.
+                Some(_) = open.join_next(), if !open.is_empty() => continue,
+            };
+            let _ = stream.set_nodelay(true);
+            let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
+                rejected.inc();
+                refusals.refuse(&door, stream, peer, tls.clone());
+                continue;
+            };
+            let (door, tls, stop) = (Arc::clone(&door), tls.clone(), stop.clone());
+            let handshake_timeout = limits.handshake_timeout();
+            open.spawn(async move {
+                // The slot is the connection's until this task ends.
+                let _slot = slot;
+                let Some(tls) = tls else {
+                    return door.serve(stream, peer, stop).await;
+                };
+                let handshake = handshake::accept(&tls, D::ALPN, stream, handshake_timeout);
+                let mut stopping = stop.clone();
+                // Shutting down: a connection still in its handshake owes nobody anything.
+                let accepted = tokio::select! {
+                    accepted = handshake => accepted,
+                    () = stopped(&mut stopping) => return,
+                };
+                match accepted {
+                    Ok(stream) => door.serve(stream, peer, stop).await,
+                    Err(failed) => tracing::debug!(door = name, %peer, "{failed}"),
+                }
+            });
+        }
     }
     // New connections are refused from here on, while the open ones finish.
     drop(listener);
