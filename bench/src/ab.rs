@@ -22,46 +22,86 @@ pub fn run(baseline: &Path, candidate: &Path, rounds: usize, secs: u64) -> Resul
         SfServer::start_with(baseline, work.path(), "baseline", 1, &[])?,
         SfServer::start_with(candidate, work.path(), "candidate", 2, &[])?,
     ];
-    // rates[protocol][build] = one rate per round.
+    // rates[protocol][build] and per_cpu[protocol][build]: one value per round; ratios[protocol]:
+    // the candidate's rate over the baseline's, per round (the two measured back to back).
     let mut rates = vec![[Vec::new(), Vec::new()]; PROTOCOLS.len()];
-    println!("| round | protocol | baseline req/s (IDs/s for batches) | candidate |");
-    println!("|---|---|---:|---:|");
+    let mut per_cpu = vec![[Vec::new(), Vec::new()]; PROTOCOLS.len()];
+    let mut ratios = vec![Vec::new(); PROTOCOLS.len()];
+    println!(
+        "| round | protocol | baseline /s | candidate /s | baseline per server CPU-s | candidate per server CPU-s |"
+    );
+    println!("|---|---|---:|---:|---:|---:|");
     for round in 1..=rounds {
         let order = if round % 2 == 1 { [0, 1] } else { [1, 0] };
         for (p, protocol) in PROTOCOLS.iter().enumerate() {
-            let mut this = [0.0; 2];
+            let mut this = [(0.0, 0.0); 2];
             for &build in &order {
-                this[build] = measure(&servers[build], protocol, secs, work.path(), candidate)?;
-                rates[p][build].push(this[build]);
+                let server = &servers[build];
+                let cpu_before = service::process_cpu_secs(server.pid())?;
+                let (rate, done) = measure(server, protocol, secs, work.path(), candidate)?;
+                let cpu = service::process_cpu_secs(server.pid())? - cpu_before;
+                this[build] = (rate, done / cpu.max(0.01));
+                rates[p][build].push(rate);
+                per_cpu[p][build].push(this[build].1);
             }
-            println!("| {round} | {protocol} | {:.0} | {:.0} |", this[0], this[1]);
+            ratios[p].push(this[1].0 / this[0].0);
+            println!(
+                "| {round} | {protocol} | {:.0} | {:.0} | {:.0} | {:.0} |",
+                this[0].0, this[1].0, this[0].1, this[1].1
+            );
         }
     }
     println!();
-    println!("| protocol | baseline (median) | candidate (median) | candidate / baseline |");
-    println!("|---|---:|---:|---:|");
+    println!(
+        "Rates are requests/s (IDs/s for batches); per server CPU-s is the same work divided by \
+         the CPU time (user + system) the server used for it."
+    );
+    println!();
+    println!(
+        "| protocol | baseline (median) | candidate (median) | candidate / baseline | round ratios: median (quartiles) | per CPU-s: candidate / baseline |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|");
     for (p, protocol) in PROTOCOLS.iter().enumerate() {
-        let base = crate::model::median(&rates[p][0]);
-        let cand = crate::model::median(&rates[p][1]);
+        let median = crate::model::median;
+        let base = median(&rates[p][0]);
+        let cand = median(&rates[p][1]);
+        let cpu_ratio = median(&per_cpu[p][1]) / median(&per_cpu[p][0]);
+        let (low, high) = quartiles(&ratios[p]);
         println!(
-            "| {protocol} | {base:.0} | {cand:.0} | {:.1}% |",
-            100.0 * cand / base
+            "| {protocol} | {base:.0} | {cand:.0} | {:.1}% | {:.1}% ({:.1}–{:.1}%) | {:.1}% |",
+            100.0 * cand / base,
+            100.0 * median(&ratios[p]),
+            100.0 * low,
+            100.0 * high,
+            100.0 * cpu_ratio
         );
     }
     Ok(())
 }
 
-/// One build's rate over `protocol` for `secs` seconds (requests/s; IDs/s for batches);
-/// `client` is the `snowflake` binary whose `bench` measures Thrift and batches (the same for
-/// both builds).
+/// The first and third quartiles of `samples` (the medians of its lower and upper halves).
+fn quartiles(samples: &[f64]) -> (f64, f64) {
+    let mut v = samples.to_vec();
+    v.sort_by(f64::total_cmp);
+    let half = v.len() / 2;
+    let upper = &v[v.len() - half..];
+    (
+        crate::model::median(&v[..half]),
+        crate::model::median(upper),
+    )
+}
+
+/// One build's rate over `protocol` for `secs` seconds (requests/s; IDs/s for batches), and
+/// the work done (requests; IDs for batches); `client` is the `snowflake` binary whose `bench`
+/// measures Thrift and batches (the same for both builds).
 fn measure(
     server: &SfServer,
     protocol: &str,
     secs: u64,
     work: &Path,
     client: &Path,
-) -> Result<f64> {
-    let bench = |protocol: &str, args: &[&str]| -> Result<f64> {
+) -> Result<(f64, f64)> {
+    let bench = |protocol: &str, args: &[&str]| -> Result<(f64, f64)> {
         let port = server.port(protocol);
         let r = service::sf_bench(client, protocol, port, args, secs as f64)?;
         ensure!(
@@ -69,8 +109,9 @@ fn measure(
             "snowflake bench: {} errors",
             r.errors_total
         );
-        Ok(r.ids_per_sec)
+        Ok((r.ids_per_sec, r.ids as f64))
     };
+    let connections = CONNECTIONS.to_string();
     Ok(match protocol {
         "http" => {
             let wrk = service::wrk(server.port("http"), CONNECTIONS, secs)?;
@@ -80,19 +121,21 @@ fn measure(
                 wrk.non_2xx,
                 wrk.socket_errors
             );
-            wrk.requests_per_sec
+            (wrk.requests_per_sec, wrk.requests as f64)
         }
         "grpc" => {
             let h2 = service::h2load_grpc(server.port("grpc"), CONNECTIONS, secs, work)?;
             ensure!(h2.failed == 0, "h2load: {} failed requests", h2.failed);
-            h2.requests_per_sec
+            (h2.requests_per_sec, h2.succeeded as f64)
         }
-        "thrift" => bench("thrift", &["-c", &CONNECTIONS.to_string()])?,
-        "http-batch-4096" => bench("http", &["-c", &CONNECTIONS.to_string(), "--batch", "4096"])?,
+        "thrift" => bench("thrift", &["-c", &connections])?,
+        "http-batch-4096" => bench("http", &["-c", &connections, "--batch", "4096"])?,
         _ => {
             // redis-benchmark runs a count, not a duration: about `secs` at ~100,000/s.
             let target = RedisTarget::plain(server.port("resp"));
-            service::redis_benchmark(&target, CONNECTIONS, 1, secs * 100_000, None)?.rps
+            let requests = secs * 100_000;
+            let row = service::redis_benchmark(&target, CONNECTIONS, 1, requests, None)?;
+            (row.rps, requests as f64)
         }
     })
 }

@@ -404,7 +404,7 @@ fn parse_children_cpu_secs(stat: &str) -> Option<f64> {
 
 /// CPU seconds (user + system) a running process has used so far: `utime` and `stime`
 /// (fields 14 and 15) of `/proc/PID/stat`.
-fn process_cpu_secs(pid: u32) -> Result<f64> {
+pub fn process_cpu_secs(pid: u32) -> Result<f64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
     stat_ticks(&stat, 14, 15).with_context(|| format!("no utime/stime in /proc/{pid}/stat"))
 }
