@@ -5,6 +5,7 @@ mod config;
 mod doors;
 mod fleet;
 mod grpc;
+mod grpc_frames;
 mod http_api;
 mod layouts;
 mod listen;
