@@ -85,6 +85,14 @@ impl Fence {
         }
     }
 
+    /// The deadline of a held fence on the monotonic clock (`None` when lost).
+    pub fn deadline(&self) -> Option<Instant> {
+        match self {
+            Fence::Held { until, .. } => Some(*until),
+            Fence::Lost { .. } => None,
+        }
+    }
+
     /// The floor of a held fence (`None` when lost).
     pub fn floor_ms(&self) -> Option<u64> {
         match self {
@@ -112,6 +120,7 @@ mod tests {
             down => panic!("held, but {down:?}"),
         }
         assert_eq!(held.floor_ms(), Some(7));
+        assert!(held.deadline().is_some());
         let expired = Fence::Held {
             until: Instant::now(),
             floor_ms: 7,
@@ -123,6 +132,7 @@ mod tests {
         };
         assert_eq!(lost.limit_at(1_000).reason(), Some("gone"));
         assert_eq!(lost.floor_ms(), None);
+        assert_eq!(lost.deadline(), None);
         // A deadline far away cannot overflow the wall-clock limit.
         assert_eq!(held.limit_at(u64::MAX).limit_ms(), u64::MAX);
     }

@@ -3,6 +3,7 @@
 //! change of a coordinator's fence to it, closing it the instant a deadline passes.
 
 use crate::fence::{Fence, FenceLimit};
+use std::time::Instant;
 use tokio::sync::watch;
 
 /// Something that issues IDs under a leased pair, as the fleet fences it. The fleet only ever
@@ -31,6 +32,10 @@ pub trait Issuer: Send + Sync {
 pub struct IssueLimit {
     /// The last millisecond (Unix ms) an ID may carry.
     pub until_ms: u64,
+    /// The same deadline on the monotonic clock (the fence's own): for an issuer whose limit
+    /// is a duration rather than a wall-clock time, such as a keeper's grant that lapses on its
+    /// own.
+    pub deadline: Instant,
     /// A floor above the last issued ID: a previous holder may have issued up to it, so the
     /// issuer resumes above it before it uses the new limit.
     pub resume_above_ms: Option<u64>,
@@ -59,6 +64,7 @@ pub fn apply_fence(issuer: &dyn Issuer, fence: &Fence) {
     match fence.limit_at(now_ms) {
         FenceLimit::Until { until_ms } => issuer.set_issue_limit(IssueLimit {
             until_ms,
+            deadline: fence.deadline().unwrap_or_else(Instant::now),
             resume_above_ms,
             at_ms: now_ms,
         }),
@@ -198,6 +204,7 @@ mod tests {
         };
         assert_eq!((first.resume_above_ms, first.at_ms), (None, 1_000));
         assert!(first.until_ms > 50_000, "{first:?}");
+        assert_eq!(first.deadline, until, "the fence's own monotonic deadline");
         let Told::Limit(second) = &told[1] else {
             panic!("{told:?}")
         };
