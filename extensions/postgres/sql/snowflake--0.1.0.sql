@@ -33,6 +33,7 @@ CREATE TYPE snowflake_status AS (
     grant_limit_ms bigint,
     grant_expires_in_ms bigint,
     keeper_lease text,
+    keeper_floor_ms bigint,
     trusted_ms bigint,
     clock_step text,
     reservations bigint,
@@ -53,7 +54,7 @@ AS 'MODULE_PATHNAME', 'snowflake_decode_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/functions.rs:81
+-- src/functions.rs:82
 -- snowflake::functions::snowflake_encode
 CREATE  FUNCTION "snowflake_encode"(
 	"timestamp_ms" bigint, /* i64 */
@@ -67,14 +68,15 @@ AS 'MODULE_PATHNAME', 'snowflake_encode_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/keeper.rs:87
+-- src/keeper.rs:108
 -- snowflake::keeper::snowflake_keeper_grant
 CREATE  FUNCTION "snowflake_keeper_grant"(
 	"datacenter_id" INT, /* i32 */
 	"worker_id" INT, /* i32 */
 	"limit_ms" bigint, /* i64 */
 	"valid_for_ms" INT, /* i32 */
-	"lease" TEXT DEFAULT NULL /* Option < & str > */
+	"lease" TEXT DEFAULT NULL, /* Option < & str > */
+	"floor_ms" bigint DEFAULT NULL /* Option < i64 > */
 ) RETURNS snowflake_status /* :: pgrx :: heap_tuple :: PgHeapTuple < '_, :: pgrx :: pgbox :: AllocatedByRust
 > */
 VOLATILE PARALLEL UNSAFE
@@ -83,7 +85,7 @@ AS 'MODULE_PATHNAME', 'snowflake_keeper_grant_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/keeper.rs:101
+-- src/keeper.rs:131
 -- snowflake::keeper::snowflake_keeper_revoke
 CREATE  FUNCTION "snowflake_keeper_revoke"() RETURNS snowflake_status /* :: pgrx :: heap_tuple :: PgHeapTuple < '_, :: pgrx :: pgbox :: AllocatedByRust
 > */
@@ -93,7 +95,7 @@ AS 'MODULE_PATHNAME', 'snowflake_keeper_revoke_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/functions.rs:108
+-- src/functions.rs:111
 -- snowflake::functions::snowflake_max_id
 CREATE  FUNCTION "snowflake_max_id"(
 	"t" timestamp with time zone /* TimestampWithTimeZone */
@@ -104,7 +106,7 @@ AS 'MODULE_PATHNAME', 'snowflake_max_id_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/functions.rs:96
+-- src/functions.rs:105
 -- snowflake::functions::snowflake_min_id
 CREATE  FUNCTION "snowflake_min_id"(
 	"t" timestamp with time zone /* TimestampWithTimeZone */
@@ -115,7 +117,7 @@ AS 'MODULE_PATHNAME', 'snowflake_min_id_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/lib.rs:85
+-- src/lib.rs:86
 -- snowflake::snowflake_nextval
 CREATE  FUNCTION "snowflake_nextval"() RETURNS bigint /* i64 */
 STRICT VOLATILE PARALLEL UNSAFE
@@ -124,7 +126,7 @@ AS 'MODULE_PATHNAME', 'snowflake_nextval_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/status.rs:96
+-- src/status.rs:102
 -- snowflake::status::snowflake_status
 CREATE  FUNCTION "snowflake_status"() RETURNS snowflake_status /* :: pgrx :: heap_tuple :: PgHeapTuple < '_, :: pgrx :: pgbox :: AllocatedByRust
 > */
@@ -145,7 +147,7 @@ AS 'MODULE_PATHNAME', 'snowflake_time_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/keeper.rs:117
+-- src/keeper.rs:147
 -- snowflake::keeper::snowflake_trust_clock
 CREATE  FUNCTION "snowflake_trust_clock"() RETURNS snowflake_status /* :: pgrx :: heap_tuple :: PgHeapTuple < '_, :: pgrx :: pgbox :: AllocatedByRust
 > */
@@ -155,10 +157,10 @@ AS 'MODULE_PATHNAME', 'snowflake_trust_clock_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/lib.rs:59
+-- src/lib.rs:60
 -- finalize
 
-REVOKE ALL ON FUNCTION snowflake_keeper_grant(int, int, bigint, int, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION snowflake_keeper_grant(int, int, bigint, int, text, bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION snowflake_keeper_revoke() FROM PUBLIC;
 REVOKE ALL ON FUNCTION snowflake_trust_clock() FROM PUBLIC;
 /* </end connected objects> */

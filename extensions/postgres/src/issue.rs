@@ -157,7 +157,9 @@ fn no_grant(shared: &Shared) -> SqlError {
         .map(|c| format!("datacenter {} worker {}", c.datacenter_id, c.worker_id))
         .unwrap_or_default();
     let lapsed = shared.grant_deadline_ns.load(Ordering::Acquire);
-    let when = if lapsed == 0 {
+    let when = if shared.locked(|_, l| l.revoked) {
+        "the keeper revoked its grant (it stopped, or lost its lease)".to_owned()
+    } else if lapsed == 0 {
         "no keeper has granted an issue limit since the server started".to_owned()
     } else {
         format!(
@@ -207,7 +209,15 @@ fn refusal(shared: &Shared, e: CoreError) -> SqlError {
     match e {
         CoreError::ClockMovedBackwards { last_ms, .. } => {
             let mark = shared.mark_ms.load(Ordering::Acquire);
-            let why = if last_ms <= mark && shared.generator.last_issued_ms() == Some(mark) {
+            let floor = shared.locked(|_, l| l.keeper_floor_ms);
+            let why = if floor > 0
+                && last_ms <= floor
+                && shared.generator.last_issued_ms() == Some(floor)
+            {
+                format!(
+                    "the fleet's mark {floor} (passed on by snowflake pg-keeper) may cover ids a previous holder of the pair issued"
+                )
+            } else if last_ms <= mark && shared.generator.last_issued_ms() == Some(mark) {
                 format!("the durable mark {mark} may cover ids issued before this server started")
             } else {
                 "ids up to it were issued".to_owned()

@@ -4,7 +4,9 @@
 //! and the operator's word that a large clock step is right.
 //!
 //! The keeper writes the fleet's mark at or above the limit before granting it, so a node that
-//! takes the pair later issues above every ID this database can issue under the grant.
+//! takes the pair later issues above every ID this database can issue under the grant; and it
+//! passes the fleet's mark it found when it claimed the pair as the grant's floor, so this
+//! database issues above every ID a previous holder (a `snowflake serve` node) may have issued.
 
 use crate::clock;
 use crate::errors::{OrRaise, SqlError};
@@ -35,6 +37,7 @@ fn grant(
     limit_ms: i64,
     valid_for_ms: i32,
     lease: Option<&str>,
+    floor_ms: Option<i64>,
 ) -> Result<(), SqlError> {
     superuser("snowflake_keeper_grant")?;
     let shared = issue::preloaded()?;
@@ -67,14 +70,35 @@ fn grant(
             "invalid lease: expected at most 128 bytes",
         ));
     }
+    let floor_ms = match floor_ms {
+        None => None,
+        Some(floor) => Some(
+            config
+                .layout
+                .parse(Field::Timestamp, &floor.to_string())
+                .map_err(|e| SqlError::bad_input(format!("invalid floor_ms: {e}")))?,
+        ),
+    };
     let deadline = clock::mono_ns() + valid_for_ms as u64 * 1_000_000;
-    shared.locked(|shared, locked| {
+    let floored = shared.locked(|shared, locked| {
+        if let Some(floor) = floor_ms {
+            // Raised before the grant can let anything be issued (checked against the layout
+            // above, so it does not fail).
+            shared.generator.resume_after(floor)?;
+            locked.keeper_floor_ms = locked.keeper_floor_ms.max(floor);
+        }
         locked.grant_limit_ms = limit_ms;
+        locked.revoked = false;
         locked.lease.set(lease.unwrap_or(""));
         shared.grant_deadline_ns.store(deadline, Ordering::Release);
+        Ok::<(), snowflake_core::Error>(())
     });
+    floored.map_err(|e| SqlError::bad_input(format!("invalid floor_ms: {e}")))?;
+    // Before the first issuing call since the server started, nothing is reserved: that call
+    // applies the mark found at start as the floor, and a reservation made now would become
+    // a floor too (refusing IDs for up to reserve_ms).
     // SAFETY: a plain read of shared state.
-    if !unsafe { pg_sys::RecoveryInProgress() } {
+    if !unsafe { pg_sys::RecoveryInProgress() } && shared.started.load(Ordering::Acquire) {
         issue::reserve(shared, config, true);
     }
     Ok(())
@@ -82,8 +106,9 @@ fn grant(
 
 /// Grants this database an issue limit: IDs dated up to `limit_ms` (Unix ms) for the next
 /// `valid_for_ms` milliseconds, as the keeper holding (`datacenter_id`, `worker_id`) under
-/// `lease`. Returns the status, with the mark and last issued time the keeper writes to the
-/// fleet.
+/// `lease`; with `floor_ms`, only IDs dated after it from now on (the fleet's mark: a previous
+/// holder of the pair may have issued up to it). Returns the status, with the mark and last
+/// issued time the keeper writes to the fleet.
 #[pg_extern(volatile, parallel_unsafe)]
 fn snowflake_keeper_grant(
     datacenter_id: i32,
@@ -91,8 +116,17 @@ fn snowflake_keeper_grant(
     limit_ms: i64,
     valid_for_ms: i32,
     lease: default!(Option<&str>, "NULL"),
+    floor_ms: default!(Option<i64>, "NULL"),
 ) -> pgrx::composite_type!('static, "snowflake_status") {
-    grant(datacenter_id, worker_id, limit_ms, valid_for_ms, lease).or_raise();
+    grant(
+        datacenter_id,
+        worker_id,
+        limit_ms,
+        valid_for_ms,
+        lease,
+        floor_ms,
+    )
+    .or_raise();
     status::row()
 }
 
@@ -105,6 +139,7 @@ fn snowflake_keeper_revoke() -> pgrx::composite_type!('static, "snowflake_status
     shared.locked(|shared, locked| {
         shared.grant_deadline_ns.store(0, Ordering::Release);
         locked.grant_limit_ms = 0;
+        locked.revoked = true;
         locked.lease.clear();
         shared.ceiling_ms.store(0, Ordering::Relaxed);
         shared.generator.set_issue_limit_ms(0);

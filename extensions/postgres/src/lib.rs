@@ -46,6 +46,7 @@ CREATE TYPE snowflake_status AS (
     grant_limit_ms bigint,
     grant_expires_in_ms bigint,
     keeper_lease text,
+    keeper_floor_ms bigint,
     trusted_ms bigint,
     clock_step text,
     reservations bigint,
@@ -58,7 +59,7 @@ CREATE TYPE snowflake_status AS (
 
 pgrx::extension_sql!(
     r#"
-REVOKE ALL ON FUNCTION snowflake_keeper_grant(int, int, bigint, int, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION snowflake_keeper_grant(int, int, bigint, int, text, bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION snowflake_keeper_revoke() FROM PUBLIC;
 REVOKE ALL ON FUNCTION snowflake_trust_clock() FROM PUBLIC;
 "#,

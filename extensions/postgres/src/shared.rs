@@ -68,6 +68,11 @@ pub struct Locked {
     pub grant_limit_ms: u64,
     /// The keeper's lease, as it named it.
     pub lease: Text<128>,
+    /// The highest floor a keeper raised the generator to (Unix ms; 0: none): the fleet's
+    /// mark when it claimed the pair, up to which a previous holder may have issued IDs.
+    pub keeper_floor_ms: u64,
+    /// The keeper revoked its grant (it stopped, or lost its lease); cleared by the next grant.
+    pub revoked: bool,
     /// The last failure to write the mark, cleared by the next success.
     pub last_error: Text<400>,
     /// How many marks this server wrote since it started.
@@ -256,6 +261,8 @@ fn initial(lock: *mut pg_sys::LWLock) -> Shared {
             step: None,
             grant_limit_ms: 0,
             lease: Text::EMPTY,
+            keeper_floor_ms: 0,
+            revoked: false,
             last_error: Text::EMPTY,
             reservations: 0,
         }),

@@ -34,19 +34,29 @@ pub fn row() -> pgrx::composite_type!('static, "snowflake_status") {
     row.set_by_name("preloaded", shared.is_some())
         .or_raise_pgrx();
     if let Some(shared) = shared {
-        let (stored, load_error, write_error, step, grant_limit, lease, trusted, reservations) =
-            shared.locked(|_, l| {
-                (
-                    l.stored,
-                    l.load_error.get(),
-                    l.last_error.get(),
-                    l.step,
-                    l.grant_limit_ms,
-                    l.lease.get(),
-                    l.trust.trusted_ms(),
-                    l.reservations,
-                )
-            });
+        let (
+            stored,
+            load_error,
+            write_error,
+            step,
+            grant_limit,
+            lease,
+            floor,
+            trusted,
+            reservations,
+        ) = shared.locked(|_, l| {
+            (
+                l.stored,
+                l.load_error.get(),
+                l.last_error.get(),
+                l.step,
+                l.grant_limit_ms,
+                l.lease.get(),
+                l.keeper_floor_ms,
+                l.trust.trusted_ms(),
+                l.reservations,
+            )
+        });
         let mark = shared.mark_ms.load(Ordering::Acquire);
         if mark > 0 {
             row.set_by_name("mark_ms", mark as i64).or_raise_pgrx();
@@ -72,6 +82,10 @@ pub fn row() -> pgrx::composite_type!('static, "snowflake_status") {
                 .or_raise_pgrx();
         }
         row.set_by_name("keeper_lease", lease).or_raise_pgrx();
+        if floor > 0 {
+            row.set_by_name("keeper_floor_ms", floor as i64)
+                .or_raise_pgrx();
+        }
         row.set_by_name("trusted_ms", trusted as i64)
             .or_raise_pgrx();
         row.set_by_name("clock_step", step.map(|s| s.describe()))

@@ -57,7 +57,57 @@ fn without_a_live_grant_nothing_is_issued() {
     pg.sql("SELECT snowflake_nextval()");
     pg.sql("SELECT snowflake_keeper_revoke()");
     let e = pg.sql_error("SELECT snowflake_nextval()");
-    assert!(e.contains("is not held"), "{e}");
+    assert!(
+        e.contains("is not held: snowflake.keeper is on and the keeper revoked its grant"),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_grant_before_the_first_call_lets_it_issue_at_once() {
+    let pg = started(&["snowflake.keeper = on"]);
+    // The keeper grants before any backend asked for an ID since the server started.
+    pg.sql(&format!(
+        "SELECT snowflake_keeper_grant(7, 13, {NOW_MS} + 10000, 5000)"
+    ));
+    // A reservation made for the grant is not a floor: it covers nothing issued before.
+    pg.sql("SELECT snowflake_nextval()");
+}
+
+#[test]
+fn a_grants_floor_raises_the_generator_above_the_fleets_mark() {
+    let pg = started(&["snowflake.keeper = on"]);
+    let e = pg.sql_error(&format!(
+        "SELECT snowflake_keeper_grant(7, 13, {NOW_MS} + 10000, 5000, 'l', 5)"
+    ));
+    assert_eq!(sqlstate(&e), "22023");
+    assert!(e.contains("invalid floor_ms"), "{e}");
+    // A previous holder of the pair may have issued up to 2 s ahead: nothing at or below it.
+    let floor = pg.int(&format!(
+        "SELECT keeper_floor_ms FROM snowflake_keeper_grant(7, 13, {NOW_MS} + 10000, 5000, 'l', {NOW_MS} + 2000)"
+    ));
+    let e = pg.sql_error("SELECT snowflake_nextval()");
+    assert_eq!(sqlstate(&e), "55000");
+    assert!(e.contains("clock moved backwards"), "{e}");
+    assert!(
+        e.contains(&format!(
+            "the fleet's mark {floor} (passed on by snowflake pg-keeper)"
+        )),
+        "{e}"
+    );
+    // A lower floor later changes nothing.
+    pg.sql(&format!(
+        "SELECT snowflake_keeper_grant(7, 13, {NOW_MS} + 10000, 5000, 'l', {NOW_MS} - 60000)"
+    ));
+    assert_eq!(
+        pg.int("SELECT keeper_floor_ms FROM snowflake_status()"),
+        floor
+    );
+    pg.sql(&format!(
+        "SELECT snowflake_keeper_grant(7, 13, {NOW_MS} + 10000, 5000, 'l')"
+    ));
+    let id = pg.int("SELECT snowflake_nextval() FROM pg_sleep(2.2)");
+    assert!(pg.int(&format!("SELECT (snowflake_decode({id})).timestamp_ms")) > floor);
 }
 
 #[test]

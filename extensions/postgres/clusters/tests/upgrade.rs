@@ -57,7 +57,7 @@ fn every_released_version_updates_to_a_fresh_install() {
         "{fresh}"
     );
     assert!(
-        fresh.contains("snowflake_keeper_grant(integer,integer,bigint,integer,text)"),
+        fresh.contains("snowflake_keeper_grant(integer,integer,bigint,integer,text,bigint)"),
         "{fresh}"
     );
     for version in versions.iter().filter(|v| *v != current) {
