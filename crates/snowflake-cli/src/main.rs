@@ -12,6 +12,7 @@ use std::sync::Arc;
 
 mod audit;
 mod layouts;
+mod pg_keeper;
 mod state;
 
 /// The most IDs `snowflake next` prints in one run (about 25 s of output at the layout's limit).
@@ -78,6 +79,16 @@ enum Command {
     /// Run the ID service (HTTP/JSON on 127.0.0.1:8080, gRPC on :50051, Thrift on :7609 by
     /// default) until SIGTERM or SIGINT.
     Serve(Box<ServeArgs>),
+    /// Keep a PostgreSQL database's pair in the fleet (the extension's fleet mode, beside the
+    /// database): lease it in etcd as a node does and grant the database an issue limit that
+    /// lapses on its own, until SIGTERM or SIGINT (docs/postgres.md).
+    #[command(
+        after_help = "The pair is always the database's own (snowflake.datacenter_id and \
+        snowflake.worker_id, read from snowflake_status()); the fleet flags are serve's, with \
+        serve's meaning: --reserve-ms is how far ahead the fleet's mark and the database's grant \
+        reach, --advertise-addr defaults to the database's address."
+    )]
+    PgKeeper(Box<pg_keeper::PgKeeperArgs>),
     /// Inspect the persisted high-water marks (`state show`), or lower one a wrong clock left in
     /// the future (`state lower-mark`).
     #[command(subcommand)]
@@ -245,6 +256,17 @@ fn main() -> ExitCode {
             }
             return serve(&args, cli.layout.epoch_ms.as_deref());
         }
+        Command::PgKeeper(args) => {
+            // The database says its layout; one given here must be it.
+            let given = cli.layout.layout.is_some() || cli.layout.epoch_ms.is_some();
+            return match layout(&cli.layout) {
+                Ok(layout) => pg_keeper::run(&args, given.then_some(layout)),
+                Err(err) => {
+                    eprintln!("error: {err}");
+                    ExitCode::from(2)
+                }
+            };
+        }
         Command::Bench(args) => {
             return match layout(&cli.layout) {
                 Ok(layout) => snowflake_loadgen::run_cli_with_layout(args, layout),
@@ -397,7 +419,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 left -= batch.len();
             }
         }
-        Command::Serve(_) | Command::Bench(_) | Command::Audit(_) => {
+        Command::Serve(_) | Command::PgKeeper(_) | Command::Bench(_) | Command::Audit(_) => {
             unreachable!("handled in main")
         }
         Command::State(command) => {
