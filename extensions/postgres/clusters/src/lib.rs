@@ -7,6 +7,8 @@
 //! The extension must be installed into that PostgreSQL (`cargo pgrx install`); the harness
 //! checks and names the command when it is not.
 
+pub mod fleet;
+
 use std::fs;
 use std::io::Write;
 use std::net::TcpListener;

@@ -5,6 +5,7 @@
 //! of them. A missing piece fails the test that needs it, naming the fix.
 
 mod durability;
+mod fleet;
 mod functions;
 mod issue;
 mod keeper;
