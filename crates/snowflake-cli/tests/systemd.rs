@@ -9,19 +9,22 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 fn unit_path() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/systemd/snowflake.service")
+    deploy("snowflake.service")
 }
 
-/// The unit as shipped, with `ExecStart` pointed at the binary under test (systemd-analyze
-/// wants an executable there).
-fn unit_for_test(dir: &Path) -> PathBuf {
-    let unit = std::fs::read_to_string(unit_path()).unwrap();
-    assert!(
-        unit.contains("ExecStart=/usr/bin/snowflake serve"),
-        "{unit}"
-    );
+fn deploy(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../deploy/systemd")
+        .join(name)
+}
+
+/// Unit `name` as shipped, with `ExecStart` (which must start with `exec`) pointed at the
+/// binary under test (systemd-analyze wants an executable there).
+fn unit_for_test(dir: &Path, name: &str, exec: &str) -> PathBuf {
+    let unit = std::fs::read_to_string(deploy(name)).unwrap();
+    assert!(unit.contains(&format!("ExecStart={exec}")), "{unit}");
     let bin = crate::support::binary();
-    let path = dir.join("snowflake.service");
+    let path = dir.join(name);
     std::fs::write(
         &path,
         unit.replace("/usr/bin/snowflake", &bin.to_string_lossy()),
@@ -30,13 +33,12 @@ fn unit_for_test(dir: &Path) -> PathBuf {
     path
 }
 
-#[test]
-fn the_unit_verifies_and_its_sandbox_rates_ok() {
-    let dir = temp_dir();
-    let unit = unit_for_test(dir.path());
+/// `systemd-analyze verify` passes without a word, and `security --offline=yes` rates the unit
+/// at most 2.0, the score docs/deploy.md states in its section `heading`.
+fn verify_and_rate(unit: &Path, heading: &str) {
     let verify = Command::new("systemd-analyze")
         .args(["verify", "--man=no"])
-        .arg(&unit)
+        .arg(unit)
         .output()
         .expect("systemd-analyze (the systemd package)");
     let stderr = String::from_utf8_lossy(&verify.stderr);
@@ -47,7 +49,7 @@ fn the_unit_verifies_and_its_sandbox_rates_ok() {
 
     let security = Command::new("systemd-analyze")
         .args(["security", "--offline=yes"])
-        .arg(&unit)
+        .arg(unit)
         .output()
         .unwrap();
     let out = String::from_utf8_lossy(&security.stdout);
@@ -62,14 +64,96 @@ fn the_unit_verifies_and_its_sandbox_rates_ok() {
         .and_then(|s| s.parse().ok())
         .unwrap_or_else(|| panic!("no score in {line:?}"));
     assert!(score <= 2.0, "exposure {score} > 2.0: {line}");
-    // docs/deploy.md states the score: keep it true.
+    // docs/deploy.md states the score, in the section headed `heading`: keep it true.
     let readme =
         std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/deploy.md"))
             .unwrap();
+    let section = readme
+        .split_once(&format!("\n{heading}\n"))
+        .map(|(_, rest)| rest.split("\n#").next().unwrap_or(rest))
+        .unwrap_or_else(|| panic!("docs/deploy.md has no section {heading:?}"));
+    let stated = format!("exposure {score:.1}");
     assert!(
-        readme.contains(&format!("exposure {score:.1}")),
-        "docs/deploy.md should state `exposure {score:.1}`"
+        section.contains(&stated),
+        "docs/deploy.md should state `{stated}` under {heading:?}"
     );
+}
+
+#[test]
+fn the_unit_verifies_and_its_sandbox_rates_ok() {
+    let dir = temp_dir();
+    let unit = unit_for_test(dir.path(), "snowflake.service", "/usr/bin/snowflake serve");
+    verify_and_rate(&unit, "## systemd (`deploy/systemd/`)");
+}
+
+#[test]
+fn the_pg_keeper_unit_verifies_and_its_sandbox_rates_ok() {
+    let dir = temp_dir();
+    let unit = unit_for_test(
+        dir.path(),
+        "snowflake-pg-keeper.service",
+        "/usr/bin/snowflake pg-keeper",
+    );
+    verify_and_rate(
+        &unit,
+        "### The PostgreSQL keeper (`snowflake-pg-keeper.service`)",
+    );
+    let text = std::fs::read_to_string(&unit).unwrap();
+    // Running as postgres, removing the user's IPC objects would remove the database's.
+    assert!(text.lines().any(|l| l == "RemoveIPC=no"), "{text}");
+}
+
+/// The environment file shipped beside the keeper's unit, read as systemd reads it (`KEY=VALUE`,
+/// double quotes removed, `#` comments), is one `snowflake pg-keeper` starts with: it logs its
+/// database and etcd, then waits for the database (none runs here).
+#[test]
+fn the_shipped_keeper_environment_starts_the_keeper() {
+    let text = std::fs::read_to_string(deploy("snowflake-pg-keeper.env")).unwrap();
+    let mut cmd = Command::new(crate::support::binary());
+    cmd.arg("pg-keeper").env_clear();
+    for line in text.lines() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let (key, value) = line.split_once('=').unwrap_or_else(|| panic!("{line}"));
+        cmd.env(key, value.trim_matches('"'));
+    }
+    let mut child = cmd
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (lines_tx, lines) = std::sync::mpsc::channel();
+    let stderr = child.stderr.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            let _ = lines_tx.send(line);
+        }
+    });
+    // Waiting for the database: its signal handlers are in place by then.
+    let mut log = String::new();
+    while !log.contains("trying again") {
+        match lines.recv_timeout(Duration::from_secs(30)) {
+            Ok(line) => log.push_str(&(line + "\n")),
+            Err(e) => panic!("{e}: {log}"),
+        }
+    }
+    crate::support::send_signal(child.id(), "TERM");
+    let status = child.wait().unwrap();
+    reader.join().unwrap();
+    log.extend(lines.try_iter().map(|l| l + "\n"));
+    assert!(status.success(), "{status}: {log}");
+    assert!(log.contains("pg-keeper starting"), "{log}");
+    assert!(
+        log.contains("postgresql://postgres@/var/run/postgresql/.s.PGSQL.5432/app"),
+        "{log}"
+    );
+    assert!(log.contains("etcd http://127.0.0.1:2379"), "{log}");
 }
 
 /// Every datagram received so far (non-blocking).
