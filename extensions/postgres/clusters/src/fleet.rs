@@ -211,6 +211,11 @@ pub struct Snowflake {
 impl Snowflake {
     /// Starts `snowflake ARGS…`.
     pub fn start(args: &[&str]) -> Snowflake {
+        Snowflake::start_with(args, &[])
+    }
+
+    /// Starts `snowflake ARGS…` with `env` added to its environment.
+    pub fn start_with(args: &[&str], env: &[(&str, &Path)]) -> Snowflake {
         let dir = tempfile::Builder::new()
             .prefix("snowflake-proc-")
             .tempdir()
@@ -219,6 +224,7 @@ impl Snowflake {
         let child = Command::new(snowflake_cli())
             .args(args)
             .env("SNOWFLAKE_LOG", "info")
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(fs::File::create(&log).unwrap())

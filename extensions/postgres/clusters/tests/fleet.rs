@@ -7,6 +7,8 @@
 use crate::started;
 use snowflake_pg_tests::fleet::{Etcd, Snowflake, ids_from};
 use snowflake_pg_tests::{Cluster, free_port};
+use std::os::unix::net::UnixDatagram;
+use std::path::Path;
 use std::thread::sleep;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -50,6 +52,17 @@ fn fleet_database(worker_id: u64) -> Cluster {
 
 /// `snowflake pg-keeper` for `pg`, with a `ttl_secs` lease and `extra` flags; granting.
 fn keeper(pg: &Cluster, etcd: &Etcd, ttl_secs: u64, extra: &[&str]) -> Snowflake {
+    keeper_with(pg, etcd, ttl_secs, extra, &[])
+}
+
+/// [`keeper`] with `env` added to its environment.
+fn keeper_with(
+    pg: &Cluster,
+    etcd: &Etcd,
+    ttl_secs: u64,
+    extra: &[&str],
+    env: &[(&str, &Path)],
+) -> Snowflake {
     let conninfo = format!(
         "host=127.0.0.1 port={} user=postgres dbname=postgres",
         pg.port
@@ -66,7 +79,7 @@ fn keeper(pg: &Cluster, etcd: &Etcd, ttl_secs: u64, extra: &[&str]) -> Snowflake
         &ttl,
     ];
     args.extend_from_slice(extra);
-    let mut keeper = Snowflake::start(&args);
+    let mut keeper = Snowflake::start_with(&args, env);
     keeper.wait_for_log("granting", Duration::from_secs(30));
     keeper
 }
@@ -118,7 +131,19 @@ fn first_error(pg: &Cluster, limit: Duration) -> (Instant, String) {
 fn a_node_of_the_databases_datacenter_never_leases_its_pair() {
     let etcd = Etcd::start();
     let pg = fleet_database(0);
-    let keeper = keeper(&pg, &etcd, 4, &[]);
+    // systemd's readiness protocol, on a socket of the test's.
+    let sockets = tempfile::tempdir().unwrap();
+    let notify_path = sockets.path().join("notify.sock");
+    let notify = UnixDatagram::bind(&notify_path).unwrap();
+    notify
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut keeper = keeper_with(&pg, &etcd, 4, &[], &[("NOTIFY_SOCKET", &notify_path)]);
+    let ready = received_until(&notify, "READY=1");
+    assert!(
+        ready.contains("STATUS=granting: the database issues ids as datacenter 7 worker 0"),
+        "{ready}"
+    );
     // The claim says who holds the pair: the keeper, for this database.
     let claim = etcd
         .get("/snowflake/workers/7/0")
@@ -178,6 +203,34 @@ fn a_node_of_the_databases_datacenter_never_leases_its_pair() {
     );
     let more = draw(&pg, 10);
     assert!(more[0] > *db_ids.last().unwrap());
+    // SIGTERM: STOPPING=1, the grant revoked, the exact mark stored, the pair released.
+    assert!(keeper.stop("TERM", Duration::from_secs(30)).success());
+    received_until(&notify, "STOPPING=1");
+    let e = pg.sql_error("SELECT snowflake_nextval()");
+    assert!(e.contains("the keeper revoked its grant"), "{e}");
+    assert!(etcd.get("/snowflake/workers/7/0").is_none());
+    let last = *more.last().unwrap();
+    let mark = i64::try_from(etcd.mark_ms(7, 0)).unwrap();
+    assert!(
+        (timestamp_ms(last)..timestamp_ms(last) + 1000).contains(&mark),
+        "the exact mark {mark}, last id at {}",
+        timestamp_ms(last)
+    );
+}
+
+/// The datagrams on `socket` until one has the line `line` (each read waits at most its
+/// timeout); all of them.
+fn received_until(socket: &UnixDatagram, line: &str) -> String {
+    let mut all = String::new();
+    let mut buf = [0u8; 4096];
+    while !all.lines().any(|l| l == line) {
+        let n = socket
+            .recv(&mut buf)
+            .unwrap_or_else(|e| panic!("no {line} ({e}): {all:?}"));
+        all.push_str(&String::from_utf8_lossy(&buf[..n]));
+        all.push('\n');
+    }
+    all
 }
 
 #[test]
@@ -328,4 +381,142 @@ fn a_keeper_raises_the_database_above_the_previous_holders_mark() {
         .unwrap();
     assert!(timestamp_ms(first) > mark);
     assert!(first > *node_ids.last().unwrap());
+}
+
+#[test]
+fn a_keeper_refuses_a_database_that_cannot_take_grants() {
+    // Nothing is claimed before the database says it takes grants: etcd is never reached.
+    let pg = started(&[]);
+    pg.sql("CREATE DATABASE other");
+    pg.sql("CREATE ROLE app LOGIN");
+    let refused = |user: &str, dbname: &str| {
+        let conninfo = format!(
+            "host=127.0.0.1 port={} user={user} dbname={dbname}",
+            pg.port
+        );
+        let mut keeper = Snowflake::start(&[
+            "pg-keeper",
+            "--postgres",
+            &conninfo,
+            "--etcd-endpoints",
+            "http://127.0.0.1:1",
+        ]);
+        let status = keeper.wait_exit(Duration::from_secs(30));
+        assert_eq!(status.code(), Some(1), "{}", keeper.log());
+        keeper.log()
+    };
+    let log = refused("postgres", "postgres");
+    assert!(
+        log.contains("snowflake.keeper is off in postgresql://postgres@127.0.0.1:"),
+        "{log}"
+    );
+    let log = refused("postgres", "other");
+    assert!(
+        log.contains("the snowflake extension is not created in postgresql://postgres@127.0.0.1:")
+            && log.contains("/other: run CREATE EXTENSION snowflake"),
+        "{log}"
+    );
+    let log = refused("app", "postgres");
+    assert!(log.contains("role app is not a superuser"), "{log}");
+}
+
+#[test]
+fn on_failover_the_standbys_keeper_claims_the_pair_and_issues_above_the_old_primary() {
+    const TTL: u64 = 3;
+    let etcd = Etcd::start();
+    let mut primary = fleet_database(13);
+    let mut primary_keeper = keeper(&primary, &etcd, TTL, &[]);
+    primary.sql("SELECT snowflake_nextval()");
+    let mut standby = Cluster::replica_of(&primary, &[]);
+    standby.start();
+    // The standby's keeper waits for the promotion, claiming nothing.
+    let conninfo = format!(
+        "host=127.0.0.1 port={} user=postgres dbname=postgres",
+        standby.port
+    );
+    let endpoint = etcd.endpoint();
+    let mut standby_keeper = Snowflake::start(&[
+        "pg-keeper",
+        "--postgres",
+        &conninfo,
+        "--etcd-endpoints",
+        &endpoint,
+        "--lease-ttl-secs",
+        "3",
+    ]);
+    standby_keeper.wait_for_log(
+        "is a standby (in recovery): waiting for it to be promoted",
+        Duration::from_secs(30),
+    );
+    let claim = etcd.get("/snowflake/workers/7/13").unwrap();
+    assert!(
+        claim.contains(&format!("\"pid\":{}", primary_keeper.pid())),
+        "{claim}"
+    );
+    let max = *draw(&primary, 1000).last().unwrap();
+    // The primary and its keeper crash; the standby is promoted.
+    primary_keeper.stop("KILL", Duration::from_secs(10));
+    primary.kill9();
+    let mark = i64::try_from(etcd.mark_ms(7, 13)).unwrap();
+    standby.promote();
+    standby.wait_for("SELECT pg_is_in_recovery()", "f", Duration::from_secs(30));
+    // Its keeper claims the pair once the old lease expired, above the fleet's mark, which
+    // covers every grant of the old primary (replicated or not).
+    standby_keeper.wait_for_log("granting", Duration::from_secs(30));
+    assert_eq!(
+        standby.int("SELECT keeper_floor_ms FROM snowflake_status()"),
+        mark
+    );
+    let first: i64 = standby
+        .sql_eventually("SELECT snowflake_nextval()", Duration::from_secs(20))
+        .parse()
+        .unwrap();
+    assert!(first > max, "{first} <= {max}");
+    assert!(timestamp_ms(first) > mark);
+}
+
+#[test]
+fn the_keeper_follows_its_database_through_a_restart_and_a_demotion() {
+    let etcd = Etcd::start();
+    let mut pg = fleet_database(13);
+    let mut keeper = keeper(&pg, &etcd, 3, &[]);
+    let before = *draw(&pg, 100).last().unwrap();
+    // A restart loses the grant and the floor: the keeper connects again and grants again.
+    pg.stop("fast");
+    pg.start();
+    let after: i64 = pg
+        .sql_eventually("SELECT snowflake_nextval()", Duration::from_secs(20))
+        .parse()
+        .unwrap();
+    assert!(after > before);
+    keeper.wait_for_log("connected to the database again", Duration::from_secs(10));
+    // Restarted as a standby (of nobody): the keeper gives the pair back and waits.
+    let signal = pg.data.join("standby.signal");
+    pg.sql(&format!(
+        "COPY (SELECT 1 WHERE false) TO '{}'",
+        signal.display()
+    ));
+    pg.stop("fast");
+    pg.start();
+    keeper.wait_for_log("gave its pair back", Duration::from_secs(20));
+    let start = Instant::now();
+    while etcd.get("/snowflake/workers/7/13").is_some() {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "the pair is still claimed"
+        );
+        sleep(Duration::from_millis(100));
+    }
+    // Promoted: the keeper claims the pair again, and IDs flow above everything before.
+    pg.promote();
+    let promoted: i64 = pg
+        .sql_eventually("SELECT snowflake_nextval()", Duration::from_secs(30))
+        .parse()
+        .unwrap();
+    assert!(promoted > after);
+    let claim = etcd.get("/snowflake/workers/7/13").expect("claimed again");
+    assert!(
+        claim.contains(&format!("\"pid\":{}", keeper.pid())),
+        "{claim}"
+    );
 }
