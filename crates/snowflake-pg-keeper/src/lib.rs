@@ -29,7 +29,7 @@ pub use hold::validity;
 
 use database::Database;
 use hold::{End, Holding};
-use snowflake_core::{Clock, Layout};
+use snowflake_core::{Bits, Clock, Layout};
 use snowflake_fleet::etcd::ClaimError;
 use snowflake_fleet::{Applicant, ConnectError, Coordination, EtcdConfig, PairRequest};
 use snowflake_server::clock_trust::{ClockAnchor, ClockTrust};
@@ -140,6 +140,16 @@ async fn open(
         let waiting = tokio::select! {
             attempt = attempt => match attempt {
                 Ok((db, identity, observed)) if !observed.in_recovery => {
+                    // As `serve`: until the fleet records its layout, every member runs
+                    // Twitter's widths, or two layouts could mint the same ID from two pairs.
+                    if identity.layout.bits() != Bits::TWITTER {
+                        return Err(KeeperError::Database(format!(
+                            "the database ({shown}) uses the layout {}: pg-keeper runs the \
+                             twitter layout only in this version (the fleet does not record a \
+                             layout yet, so a fleet must not mix them)",
+                            identity.layout.name()
+                        )));
+                    }
                     if let Some(expected) = settings.layout
                         && expected != identity.layout
                     {

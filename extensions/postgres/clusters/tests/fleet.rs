@@ -520,3 +520,29 @@ fn the_keeper_follows_its_database_through_a_restart_and_a_demotion() {
         "{claim}"
     );
 }
+
+#[test]
+fn a_keeper_refuses_a_layout_the_fleet_cannot_check_yet() {
+    let pg = started(&[
+        "snowflake.keeper = on",
+        "snowflake.layout = 'js-safe'",
+        "snowflake.datacenter_id = 1",
+    ]);
+    let conninfo = format!(
+        "host=127.0.0.1 port={} user=postgres dbname=postgres",
+        pg.port
+    );
+    let mut keeper = Snowflake::start(&[
+        "pg-keeper",
+        "--postgres",
+        &conninfo,
+        "--etcd-endpoints",
+        "http://127.0.0.1:1",
+    ]);
+    assert_eq!(keeper.wait_exit(Duration::from_secs(30)).code(), Some(1));
+    let log = keeper.log();
+    assert!(
+        log.contains("uses the layout js-safe: pg-keeper runs the twitter layout only"),
+        "{log}"
+    );
+}
