@@ -237,19 +237,6 @@ impl Snowflake {
         }
     }
 
-    /// `snowflake pg-keeper` for `port`'s database, leasing from `etcd` with a `ttl_secs` lease.
-    pub fn keeper(port: u16, etcd: &Etcd, ttl_secs: u64) -> Snowflake {
-        Snowflake::start(&[
-            "pg-keeper",
-            "--postgres",
-            &format!("host=127.0.0.1 port={port} user=postgres dbname=postgres"),
-            "--etcd-endpoints",
-            &etcd.endpoint(),
-            "--lease-ttl-secs",
-            &ttl_secs.to_string(),
-        ])
-    }
-
     /// Its pid.
     pub fn pid(&self) -> u32 {
         self.child.as_ref().expect("running").id()
