@@ -45,7 +45,8 @@ struct LayoutArgs {
     /// The ID layout: twitter (41 | 5 | 5 | 12 bits, the default), js-safe (41 | 2 | 4 | 6:
     /// every ID at most 2^53 - 1, which a JavaScript number holds), or custom:T,D,W,S
     /// (timestamp, datacenter, worker and sequence widths; T >= 30, S >= 1, D + W >= 1,
-    /// T + D + W + S <= 63). `serve` runs twitter only, for now.
+    /// T + D + W + S <= 63). `serve` records it in its state directory and fleet, and refuses
+    /// to start under another one than they record.
     #[arg(long, global = true, value_name = "NAME", env = "SNOWFLAKE_LAYOUT")]
     layout: Option<String>,
     /// Custom epoch in Unix milliseconds (default: Twitter's, 1288834974657); not in the future.
@@ -248,13 +249,7 @@ fn main() -> ExitCode {
     };
     match cli.command {
         Command::Serve(args) => {
-            // The state directory and the fleet do not record a layout yet: until they do, a
-            // node under another layout could share a pair's marks with Twitter's IDs.
-            if let Err(err) = serve_layout(&cli.layout) {
-                eprintln!("error: {err}");
-                return ExitCode::from(2);
-            }
-            return serve(&args, cli.layout.epoch_ms.as_deref());
+            return serve(&args, &cli.layout);
         }
         Command::PgKeeper(args) => {
             // The database says its layout; one given here must be it.
@@ -351,19 +346,6 @@ fn layout_bits(args: &LayoutArgs) -> anyhow::Result<Bits> {
     }
 }
 
-/// `serve` runs Twitter's widths only, for now (SPEC §9's persisted layout comes first).
-fn serve_layout(args: &LayoutArgs) -> anyhow::Result<()> {
-    let bits = layout_bits(args)?;
-    if bits != Bits::TWITTER {
-        anyhow::bail!(
-            "--layout (or SNOWFLAKE_LAYOUT) {bits}: serve runs the twitter layout only in this \
-             version (the state directory and the fleet do not record a layout yet); unset it, \
-             or use the tools (encode, decode, next, layout, range, audit, state, bench) with it"
-        );
-    }
-    Ok(())
-}
-
 fn run(cli: Cli) -> anyhow::Result<()> {
     let layout = layout(&cli.layout)?;
     let stdout = io::stdout();
@@ -423,7 +405,11 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             unreachable!("handled in main")
         }
         Command::State(command) => {
-            state::run(command, cli.layout.epoch_ms.as_deref(), layout, &mut out)?;
+            let given = state::GivenLayout {
+                layout,
+                given: cli.layout.layout.is_some() || cli.layout.epoch_ms.is_some(),
+            };
+            state::run(command, cli.layout.epoch_ms.as_deref(), given, &mut out)?;
         }
         Command::Layout(args) => {
             let now_ms = snowflake_core::SystemClock.now_ms();
@@ -437,12 +423,16 @@ fn run(cli: Cli) -> anyhow::Result<()> {
 
 /// `snowflake serve`: configuration errors exit 2 before anything is bound; start-up failures
 /// exit 1; a graceful stop on SIGTERM/SIGINT exits 0.
-fn serve(args: &ServeArgs, epoch_ms: Option<&str>) -> ExitCode {
+fn serve(args: &ServeArgs, layout: &LayoutArgs) -> ExitCode {
     // Trusted time starts here, before the claim or the peer check (which can take seconds):
     // a clock that steps during the start is then a step like any other, not the anchor.
     let clock: Arc<dyn snowflake_core::Clock> = Arc::new(snowflake_core::SystemClock);
     let anchor = snowflake_server::clock_trust::ClockAnchor::now(clock.as_ref());
-    let config = match Config::resolve(args, epoch_ms) {
+    let config = match Config::resolve_with_layout(
+        args,
+        layout.epoch_ms.as_deref(),
+        layout.layout.as_deref(),
+    ) {
         Ok(config) => config,
         Err(err) => {
             eprintln!("error: {err}");

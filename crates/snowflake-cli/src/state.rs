@@ -12,7 +12,7 @@
 use anyhow::{Context, anyhow, bail};
 use clap::{Args, Subcommand};
 use serde_json::json;
-use snowflake_core::{Field, Layout, SystemClock, format_unix_ms};
+use snowflake_core::{Field, Layout, LayoutRecord, SystemClock, format_unix_ms};
 use snowflake_server::clock_trust::{Checked, ClockAnchor, MAX_AUTO_TRUSTED_STEP_MS};
 use snowflake_server::state::{Mark, MarkKind, StateDir, StoredClock};
 use snowflake_server::{Config, ServeArgs};
@@ -177,12 +177,22 @@ impl Target {
     }
 }
 
+/// The global `--layout`/`--epoch-ms` of a `state` command.
+#[derive(Debug, Clone, Copy)]
+pub struct GivenLayout {
+    /// The layout (Twitter's when neither is given).
+    pub layout: Layout,
+    /// Whether either was given: `show` then requires the fleet to run it, and otherwise reads
+    /// the fleet's marks under the layout the fleet records.
+    pub given: bool,
+}
+
 /// Runs a `state` command; `layout` is the global `--layout`/`--epoch-ms` (whose epoch
 /// `epoch_ms` also gives as text, for the settings `serve` shares).
 pub fn run(
     command: StateCommand,
     epoch_ms: Option<&str>,
-    layout: Layout,
+    layout: GivenLayout,
     out: &mut impl Write,
 ) -> anyhow::Result<()> {
     match command {
@@ -204,16 +214,14 @@ fn local_json(path: &Path, mark: &Mark) -> serde_json::Value {
         "written_at": format_unix_ms(mark.written_at_ms),
         "pid": mark.pid,
         "epoch_ms": mark.epoch_ms,
+        "layout": mark.written_layout(),
     })
 }
 
 /// The state files of `dir` (all, or the pair's), read without taking the lock: a running
-/// node replaces its file atomically, so a reader sees one whole record or the other.
-fn local_marks(
-    dir: &Path,
-    layout: &Layout,
-    pair: Option<(u64, u64)>,
-) -> anyhow::Result<Vec<(PathBuf, Mark)>> {
+/// node replaces its file atomically, so a reader sees one whole record or the other. Each
+/// with the layout it records, whatever it is (`show` prints it).
+fn local_marks(dir: &Path, pair: Option<(u64, u64)>) -> anyhow::Result<Vec<(PathBuf, Mark)>> {
     let entries = match std::fs::read_dir(dir) {
         Ok(entries) => entries,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
@@ -242,7 +250,7 @@ fn local_marks(
         if pair.is_some_and(|pair| pair != (d, w)) {
             continue;
         }
-        let mark = StateDir::read_mark(&entry.path(), d, w, layout.epoch_ms())?;
+        let mark = StateDir::read_any_mark(&entry.path(), d, w)?;
         marks.push((entry.path(), mark));
     }
     marks.sort_by_key(|(_, m)| (m.datacenter_id, m.worker_id));
@@ -252,15 +260,33 @@ fn local_marks(
 fn show(
     args: &ShowArgs,
     epoch_ms: Option<&str>,
-    layout: Layout,
+    layout: GivenLayout,
     out: &mut impl Write,
 ) -> anyhow::Result<()> {
-    let Resolved { config, pair } =
+    let Resolved { mut config, pair } =
         args.target
-            .resolve(epoch_ms, layout, args.max_clock_step_ms.as_ref())?;
-    let layout = config.layout;
-    let local = local_marks(&config.state_dir, &layout, pair)?;
+            .resolve(epoch_ms, layout.layout, args.max_clock_step_ms.as_ref())?;
+    let local = local_marks(&config.state_dir, pair)?;
     let clock = ClockShown::read(&config.state_dir, config.max_clock_step_ms);
+    // The fleet's layout record: the fleet's marks are read under it (a --layout given here
+    // must be it).
+    let recorded = fleet_layout(&config)?;
+    if let Some((location, record)) = &recorded {
+        let fleet_layout = record
+            .to_layout()
+            .map_err(|e| anyhow!("the fleet's layout record at {location}: {e}"))?;
+        if layout.given && fleet_layout != config.layout {
+            bail!(
+                "the fleet runs the layout {} (epoch {}, recorded at {location}), not {} (epoch \
+                 {}) as given",
+                record.name,
+                record.epoch_ms,
+                config.layout.name(),
+                config.layout.epoch_ms()
+            );
+        }
+        config.layout = fleet_layout;
+    }
     let fleet = match pair {
         Some((d, w)) => fleet_mark(&config, d, w)?,
         None => None,
@@ -276,6 +302,10 @@ fn show(
                 "time": mark.written_ms().map(format_unix_ms),
                 "holder": mark.holder,
                 "value": mark.value,
+            })),
+            "fleet_layout": recorded.as_ref().map(|(location, record)| json!({
+                "location": location,
+                "layout": record,
             })),
             "clock": clock.json(),
         });
@@ -293,9 +323,11 @@ fn show(
         )?;
     }
     for (path, mark) in &local {
+        let written = mark.written_layout();
         writeln!(
             out,
-            "  datacenter {} worker {}: high-water mark {} ({}), {}, written {} by pid {} ({})",
+            "  datacenter {} worker {}: high-water mark {} ({}), {}, written {} by pid {} under the \
+             layout {} (epoch {}) ({})",
             mark.datacenter_id,
             mark.worker_id,
             mark.high_water_ms,
@@ -306,10 +338,19 @@ fn show(
             },
             format_unix_ms(mark.written_at_ms),
             mark.pid,
+            written.name,
+            written.epoch_ms,
             path.display()
         )?;
     }
     clock.write_text(out)?;
+    if let Some((location, record)) = &recorded {
+        writeln!(
+            out,
+            "fleet layout {} (epoch {}), recorded at {location}",
+            record.name, record.epoch_ms
+        )?;
+    }
     if let Some((service, mark)) = &fleet {
         writeln!(out, "{service} {}", mark.location)?;
         match mark.written_ms() {
@@ -470,6 +511,38 @@ fn ahead_ms(now_ms: u64, expected_ms: u64) -> i64 {
     i64::try_from(ahead).unwrap_or(if ahead < 0 { i64::MIN } else { i64::MAX })
 }
 
+/// The fleet's layout record and where it is, if the node runs in a fleet that has one.
+fn fleet_layout(config: &Config) -> anyhow::Result<Option<(String, LayoutRecord)>> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let (location, stored) = runtime.block_on(async {
+        if let Some(etcd) = &config.etcd {
+            let stored = snowflake_fleet::etcd::read_layout(etcd)
+                .await
+                .map_err(|e| anyhow!("cannot read the fleet's layout in etcd: {e}"))?;
+            return anyhow::Ok((format!("{}/layout", etcd.prefix), stored));
+        }
+        if let Some(zookeeper) = &config.zookeeper {
+            let stored = snowflake_fleet::zookeeper::read_layout(zookeeper)
+                .await
+                .map_err(|e| anyhow!("cannot read the fleet's layout in ZooKeeper: {e}"))?;
+            return anyhow::Ok((zookeeper.layout_path(), stored));
+        }
+        anyhow::Ok((String::new(), None))
+    })?;
+    let Some(stored) = stored else {
+        return Ok(None);
+    };
+    let record = snowflake_fleet::read_layout_record(&stored).map_err(|e| {
+        anyhow!(
+            "the fleet's layout record at {location} cannot be read ({e}): {}",
+            String::from_utf8_lossy(&stored)
+        )
+    })?;
+    Ok(Some((location, record)))
+}
+
 /// The fleet's copy of the pair's mark, if the node runs in a fleet.
 fn fleet_mark(
     config: &Config,
@@ -515,10 +588,10 @@ fn operator() -> String {
 fn lower(
     args: &LowerArgs,
     epoch_ms: Option<&str>,
-    layout: Layout,
+    layout: GivenLayout,
     out: &mut impl Write,
 ) -> anyhow::Result<()> {
-    let Resolved { config, pair } = args.target.resolve(epoch_ms, layout, None)?;
+    let Resolved { config, pair } = args.target.resolve(epoch_ms, layout.layout, None)?;
     let layout = config.layout;
     let Some((datacenter_id, worker_id)) = pair else {
         bail!("lower-mark needs the pair: --datacenter-id D --worker-id W");
@@ -538,7 +611,7 @@ fn lower(
     let now_ms = snowflake_core::Clock::now_ms(&snowflake_core::SystemClock);
     // The local copy first takes the directory's lock: no node may run on it meanwhile.
     let state = StateDir::open(&config.state_dir)?;
-    let local = state.load(datacenter_id, worker_id, layout.epoch_ms())?;
+    let local = state.load(datacenter_id, worker_id, &layout)?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
@@ -584,7 +657,7 @@ fn lower(
             let lowered = StateDir::mark(
                 datacenter_id,
                 worker_id,
-                layout.epoch_ms(),
+                &layout,
                 to_ms,
                 MarkKind::Shutdown,
                 now_ms,

@@ -46,6 +46,11 @@ impl ZooKeeperConfig {
     pub fn marks_path(&self) -> String {
         format!("{}-marks", self.path)
     }
+
+    /// Where the fleet's layout is recorded, once: a sibling of the registration path too.
+    pub fn layout_path(&self) -> String {
+        format!("{}-layout", self.path)
+    }
 }
 
 /// A secret (a password): shown as `<redacted>` by `Debug`, so it never reaches a log line.

@@ -3,6 +3,7 @@
 //! The messages are the ones operators read in the logs and the tools print.
 
 use crate::etcd::EtcdError;
+use crate::fleet_layout::LayoutMismatch;
 use crate::mark::MarkError;
 use crate::zookeeper::ZooKeeperError;
 
@@ -45,6 +46,9 @@ pub enum FleetError {
         /// What the caller does about it (`; refusing to serve the pair again`), if anything.
         consequence: &'static str,
     },
+    /// The fleet records another layout than this node's (or one that cannot be read).
+    #[error(transparent)]
+    Layout(#[from] LayoutMismatch),
     /// The mark kept changing under every conditional write.
     #[error("{0}")]
     KeptChanging(String),

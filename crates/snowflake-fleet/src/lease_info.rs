@@ -27,6 +27,9 @@ pub struct LeaseInfo {
     pub renewal_failures: u64,
     /// Times the lease was lost (expired or taken away) and had to be claimed again.
     pub losses: u64,
+    /// Free pairs the claim passed over because their high-water mark was far ahead of the
+    /// clock (an unpinned claim takes one that serves at once when there is one).
+    pub skipped_ahead: u64,
 }
 
 /// The state label, the reason and the time left, as [`LeaseInfo::status`] works them out.

@@ -21,8 +21,8 @@
 //! Files, one concept each: `config` (the settings), `connect` (joining), `coordinator`
 //! (the trait), `fence` and `issuer` (the fence and its driver), `proof` (the shared
 //! bookkeeping), `lease_info`, `held` and `view` (what `/v1/info` and the status page show),
-//! `mark` (the marks' JSON), `error`; then [`etcd`] and [`zookeeper`], one file per part of
-//! their protocol.
+//! `mark` (the marks' JSON), `fleet_layout` (the layout a fleet records once), `error`; then
+//! [`etcd`] and [`zookeeper`], one file per part of their protocol.
 
 #![deny(missing_docs)]
 
@@ -36,6 +36,7 @@ mod connect;
 mod coordinator;
 mod error;
 mod fence;
+mod fleet_layout;
 mod held;
 mod issuer;
 mod lease_info;
@@ -51,6 +52,7 @@ pub use connect::{Applicant, ConnectError, Coordination, Listener, Pair, PairReq
 pub use coordinator::{BoxFuture, Coordinator};
 pub use error::FleetError;
 pub use fence::{Fence, FenceLimit, NOT_RENEWED};
+pub use fleet_layout::{LayoutMismatch, read_record as read_layout_record};
 pub use held::HeldPair;
 pub use issuer::{Fenced, IssueLimit, Issuer, KEEPER_STOPPED, apply_fence, keep_fence};
 pub use lease_info::{LeaseInfo, LeaseStatus};

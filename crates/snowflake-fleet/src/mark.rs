@@ -1,8 +1,15 @@
 //! The pair's high-water mark as a coordination service stores it: its JSON (written by a
 //! holder, or lowered by an operator), how it is read back, and when it is unusable.
+//!
+//! Under Twitter's widths a mark is what every release wrote: `high_water_ms`, `time`,
+//! `epoch_ms` and the writer. Under any other widths it also records its `layout`, and its
+//! `epoch_ms` is `null` (the epoch is the layout's): a release before layouts reads that as a
+//! mark written under another epoch and refuses it, so rolling back cannot issue Twitter IDs
+//! above another layout's marks. A mark with an epoch and no layout is Twitter's widths; one
+//! with neither is refused (every release wrote `epoch_ms` since the first fleet mark).
 
 use serde::Serialize;
-use snowflake_core::{Layout, format_unix_ms};
+use snowflake_core::{Bits, Layout, LayoutRecord, format_unix_ms};
 
 /// Why a stored high-water mark cannot be used: issuing without it could repeat a previous
 /// holder's IDs.
@@ -34,6 +41,36 @@ pub enum MarkError {
         /// This node's.
         ours: u64,
     },
+    /// Written by a node with other field widths.
+    #[error(
+        "it was written by a node using the layout {theirs}, and this node uses {ours}: ids of \
+         two layouts can collide, so nodes sharing one fleet namespace must share one layout \
+         (moving to another layout needs a new prefix or path: see docs/layouts.md)"
+    )]
+    OtherLayout {
+        /// The writer's layout (name and epoch).
+        theirs: String,
+        /// This node's.
+        ours: String,
+    },
+    /// The JSON records no epoch and no layout: the IDs it covers may be of any layout.
+    #[error(
+        "it records neither epoch_ms nor a layout ({shown}), so the layout of the ids it covers \
+         is unknown; no release of this service wrote such a mark (it was written by hand or by \
+         another program): rewrite it with the fleet's epoch_ms, as a node writes it"
+    )]
+    NoLayout {
+        /// The start of the stored JSON.
+        shown: String,
+    },
+    /// The `layout` record cannot be read, or disagrees with itself or with `epoch_ms`.
+    #[error("its layout record is not valid ({reason}): {shown}")]
+    BadLayout {
+        /// What is wrong.
+        reason: String,
+        /// The start of the stored JSON.
+        shown: String,
+    },
     /// At or past the layout's last millisecond: no ID could ever be issued above it.
     #[error(
         "it is {mark_ms} ({}), at or past the layout's last millisecond {last_ms} ({}), so no id \
@@ -60,10 +97,12 @@ pub struct Mark {
 }
 
 /// Reads a pair's high-water mark as stored in a coordination service: JSON with
-/// `high_water_ms` (Unix ms), `epoch_ms`, and the writer's lease or session id under
-/// `writer_field`. Empty data means no mark yet (0). A mark written by a node with another epoch
-/// is refused: a fleet sharing one namespace must share one layout.
-pub fn parse_mark(data: &[u8], epoch_ms: u64, writer_field: &str) -> Result<Mark, MarkError> {
+/// `high_water_ms` (Unix ms), `epoch_ms` (a number under Twitter's widths) or a `layout` record
+/// (any other widths, `epoch_ms` then `null`), and the writer's lease or session id under
+/// `writer_field`. Empty data means no mark yet (0). A mark written under another layout
+/// (widths or epoch) is refused, and so is one that records neither an epoch nor a layout: a
+/// fleet sharing one namespace must share one layout.
+pub fn parse_mark(data: &[u8], layout: &Layout, writer_field: &str) -> Result<Mark, MarkError> {
     if data.is_empty() {
         return Ok(Mark {
             high_water_ms: 0,
@@ -79,34 +118,98 @@ pub fn parse_mark(data: &[u8], epoch_ms: u64, writer_field: &str) -> Result<Mark
     let high_water_ms = value
         .get("high_water_ms")
         .and_then(serde_json::Value::as_u64)
-        .ok_or(MarkError::NoHighWater { shown })?;
+        .ok_or_else(|| MarkError::NoHighWater {
+            shown: shown.clone(),
+        })?;
     let writer = value
         .get(writer_field)
         .and_then(serde_json::Value::as_str)
         .map(str::to_owned);
-    match value.get("epoch_ms").map(serde_json::Value::as_u64) {
-        None => Ok(Mark {
-            high_water_ms,
-            writer,
-        }),
-        Some(Some(theirs)) if theirs == epoch_ms => Ok(Mark {
-            high_water_ms,
-            writer,
-        }),
-        Some(theirs) => Err(MarkError::OtherEpoch {
-            theirs,
-            ours: epoch_ms,
-        }),
+    let theirs = written_layout(&value, layout.epoch_ms(), shown)?;
+    if theirs.bits() != layout.bits() {
+        return Err(MarkError::OtherLayout {
+            theirs: describe(&theirs),
+            ours: describe(&LayoutRecord::from(layout)),
+        });
+    }
+    if theirs.epoch_ms != layout.epoch_ms() {
+        return Err(MarkError::OtherEpoch {
+            theirs: Some(theirs.epoch_ms),
+            ours: layout.epoch_ms(),
+        });
+    }
+    Ok(Mark {
+        high_water_ms,
+        writer,
+    })
+}
+
+/// The layout a mark's JSON says it was written under: its `layout` record, or Twitter's widths
+/// with its `epoch_ms`.
+fn written_layout(
+    value: &serde_json::Value,
+    ours_epoch_ms: u64,
+    shown: String,
+) -> Result<LayoutRecord, MarkError> {
+    let epoch = value.get("epoch_ms").filter(|e| !e.is_null());
+    match (value.get("layout"), epoch) {
+        (Some(record), epoch) => {
+            let bad = |reason: String| MarkError::BadLayout {
+                reason,
+                shown: shown.clone(),
+            };
+            let record: LayoutRecord =
+                serde_json::from_value(record.clone()).map_err(|e| bad(e.to_string()))?;
+            // Consistent in itself (its lifetime is the node's business, not the mark's).
+            record
+                .to_layout_at(record.epoch_ms)
+                .map_err(|e| bad(e.to_string()))?;
+            if let Some(epoch) = epoch
+                && epoch.as_u64() != Some(record.epoch_ms)
+            {
+                return Err(bad(format!(
+                    "epoch_ms {epoch} is not the layout's epoch {}",
+                    record.epoch_ms
+                )));
+            }
+            Ok(record)
+        }
+        (None, Some(epoch)) => match epoch.as_u64() {
+            Some(epoch_ms) => Ok(LayoutRecord {
+                epoch_ms,
+                ..LayoutRecord::from(Layout::TWITTER)
+            }),
+            None => Err(MarkError::OtherEpoch {
+                theirs: None,
+                ours: ours_epoch_ms,
+            }),
+        },
+        (None, None) => Err(MarkError::NoLayout { shown }),
     }
 }
 
-/// The JSON of a pair's high-water mark, as [`parse_mark`] reads it.
-pub fn mark_json(mark_ms: u64, epoch_ms: u64, writer_field: &str, writer: &str) -> String {
-    let mut value = serde_json::json!({
-        "high_water_ms": mark_ms,
-        "time": format_unix_ms(mark_ms),
-        "epoch_ms": epoch_ms,
-    });
+/// A layout in a message: its name and epoch.
+pub(crate) fn describe(record: &LayoutRecord) -> String {
+    format!("{} (epoch {})", record.name, record.epoch_ms)
+}
+
+/// The JSON of a pair's high-water mark, as [`parse_mark`] reads it: under Twitter's widths
+/// exactly what every release wrote; under others with the `layout` and a `null` epoch_ms.
+pub fn mark_json(mark_ms: u64, layout: &Layout, writer_field: &str, writer: &str) -> String {
+    let mut value = if layout.bits() == Bits::TWITTER {
+        serde_json::json!({
+            "high_water_ms": mark_ms,
+            "time": format_unix_ms(mark_ms),
+            "epoch_ms": layout.epoch_ms(),
+        })
+    } else {
+        serde_json::json!({
+            "high_water_ms": mark_ms,
+            "time": format_unix_ms(mark_ms),
+            "epoch_ms": serde_json::Value::Null,
+            "layout": LayoutRecord::from(layout),
+        })
+    };
     value[writer_field] = serde_json::Value::String(writer.to_owned());
     value.to_string()
 }
@@ -145,7 +248,7 @@ pub fn check_mark_in_layout(mark_ms: u64, layout: &Layout) -> Result<u64, MarkEr
 
 /// [`parse_mark`], then [`check_mark_in_layout`]: a mark a holder of `layout` can issue above.
 pub fn usable_mark(data: &[u8], layout: &Layout, writer_field: &str) -> Result<Mark, MarkError> {
-    let mark = parse_mark(data, layout.epoch_ms(), writer_field)?;
+    let mark = parse_mark(data, layout, writer_field)?;
     check_mark_in_layout(mark.high_water_ms, layout)?;
     Ok(mark)
 }
@@ -176,10 +279,10 @@ pub struct Lowering<'a> {
 }
 
 impl Lowering<'_> {
-    /// The stored JSON, for a layout with `epoch_ms`, the writer under `writer_field`.
-    pub fn json(&self, epoch_ms: u64, writer_field: &str) -> String {
+    /// The stored JSON, under `layout`, the writer under `writer_field`.
+    pub fn json(&self, layout: &Layout, writer_field: &str) -> String {
         let mut value: serde_json::Value =
-            serde_json::from_str(&mark_json(self.to_ms, epoch_ms, writer_field, "operator"))
+            serde_json::from_str(&mark_json(self.to_ms, layout, writer_field, "operator"))
                 .unwrap_or_default();
         value["lowered"] = serde_json::json!({
             "from_ms": self.from_ms,
@@ -196,43 +299,130 @@ mod tests {
     use super::{
         Lowering, Mark, MarkError, StoredMark, check_mark_in_layout, mark_json, parse_mark,
     };
-    use snowflake_core::Layout;
+    use snowflake_core::{Layout, LayoutRecord};
+
+    /// Twitter's widths with the epoch 0 (1970).
+    fn epoch_zero() -> Layout {
+        Layout::with_epoch(0).unwrap()
+    }
 
     #[test]
     fn marks_round_trip_and_bad_ones_are_explained() {
-        let json = mark_json(1_700_000_000_000, 1_288_834_974_657, "lease", "7f");
+        let twitter = Layout::TWITTER;
+        let json = mark_json(1_700_000_000_000, &twitter, "lease", "7f");
         assert_eq!(
-            parse_mark(json.as_bytes(), 1_288_834_974_657, "lease"),
+            parse_mark(json.as_bytes(), &twitter, "lease"),
             Ok(Mark {
                 high_water_ms: 1_700_000_000_000,
                 writer: Some("7f".into())
             })
         );
         assert_eq!(
-            parse_mark(b"", 0, "lease"),
+            parse_mark(b"", &epoch_zero(), "lease"),
             Ok(Mark {
                 high_water_ms: 0,
                 writer: None
             })
         );
         assert!(
-            parse_mark(b"garbage", 0, "lease")
+            parse_mark(b"garbage", &twitter, "lease")
                 .unwrap_err()
                 .to_string()
                 .contains("not JSON")
         );
         assert!(
-            parse_mark(b"{\"high_water_ms\":-1}", 0, "lease")
+            parse_mark(b"{\"high_water_ms\":-1}", &twitter, "lease")
                 .unwrap_err()
                 .to_string()
                 .contains("high_water_ms")
         );
         assert!(
-            parse_mark(json.as_bytes(), 0, "lease")
+            parse_mark(json.as_bytes(), &epoch_zero(), "lease")
                 .unwrap_err()
                 .to_string()
                 .contains("epoch 1288834974657")
         );
+    }
+
+    #[test]
+    fn a_twitter_mark_is_byte_for_byte_what_every_release_wrote() {
+        // As the previous release (891dc32) wrote it, keys in serde_json's order.
+        assert_eq!(
+            mark_json(1_700_000_000_000, &Layout::TWITTER, "lease", "7f"),
+            r#"{"epoch_ms":1288834974657,"high_water_ms":1700000000000,"lease":"7f","time":"2023-11-14T22:13:20.000Z"}"#
+        );
+        let custom_epoch = Layout::with_epoch(1_600_000_000_000).unwrap();
+        assert_eq!(
+            mark_json(1_700_000_000_000, &custom_epoch, "session", "1a"),
+            r#"{"epoch_ms":1600000000000,"high_water_ms":1700000000000,"session":"1a","time":"2023-11-14T22:13:20.000Z"}"#
+        );
+    }
+
+    #[test]
+    fn another_layouts_mark_records_it_and_a_mark_of_another_layout_is_refused() {
+        let js = Layout::JS_SAFE;
+        let json = mark_json(1_700_000_000_000, &js, "lease", "7f");
+        let value: serde_json::Value = serde_json::from_str(&json).unwrap();
+        // A release before layouts reads a null epoch_ms as another epoch, and refuses it.
+        assert!(value["epoch_ms"].is_null(), "{json}");
+        assert_eq!(
+            serde_json::from_value::<LayoutRecord>(value["layout"].clone()).unwrap(),
+            LayoutRecord::from(js)
+        );
+        assert_eq!(
+            parse_mark(json.as_bytes(), &js, "lease").map(|m| m.high_water_ms),
+            Ok(1_700_000_000_000)
+        );
+        // js-safe's mark under Twitter's widths, and the reverse: both named.
+        let err = parse_mark(json.as_bytes(), &Layout::TWITTER, "lease").unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "it was written by a node using the layout js-safe (epoch 1288834974657), and this \
+             node uses twitter (epoch 1288834974657): ids of two layouts can collide, so nodes \
+             sharing one fleet namespace must share one layout (moving to another layout needs a \
+             new prefix or path: see docs/layouts.md)"
+        );
+        let twitter = mark_json(1_700_000_000_000, &Layout::TWITTER, "lease", "7f");
+        let err = parse_mark(twitter.as_bytes(), &js, "lease").unwrap_err();
+        assert!(
+            matches!(&err, MarkError::OtherLayout { theirs, ours }
+                if theirs.starts_with("twitter") && ours.starts_with("js-safe")),
+            "{err:?}"
+        );
+        // js-safe's widths with another epoch: the epoch is named.
+        let later = Layout::new(1_600_000_000_000, js.bits()).unwrap();
+        let err = parse_mark(json.as_bytes(), &later, "lease").unwrap_err();
+        assert!(matches!(err, MarkError::OtherEpoch { .. }), "{err:?}");
+        // A layout record that lies about itself, or disagrees with epoch_ms.
+        let mut lying = value.clone();
+        lying["layout"]["sequence_bits"] = 12.into();
+        let err = parse_mark(lying.to_string().as_bytes(), &js, "lease").unwrap_err();
+        assert!(matches!(err, MarkError::BadLayout { .. }), "{err:?}");
+        let mut disagreeing = value;
+        disagreeing["epoch_ms"] = 5.into();
+        let err = parse_mark(disagreeing.to_string().as_bytes(), &js, "lease").unwrap_err();
+        assert!(err.to_string().contains("epoch_ms 5"), "{err}");
+    }
+
+    #[test]
+    fn a_mark_with_neither_epoch_nor_layout_is_refused() {
+        // Issue 28: such a mark used to be accepted under any epoch. No release wrote one.
+        for layout in [Layout::TWITTER, Layout::JS_SAFE, epoch_zero()] {
+            let err = parse_mark(
+                br#"{"high_water_ms":1700000000000,"lease":"7f"}"#,
+                &layout,
+                "lease",
+            )
+            .unwrap_err();
+            assert!(matches!(err, MarkError::NoLayout { .. }), "{err:?}");
+            assert!(
+                err.to_string().contains("neither epoch_ms nor a layout"),
+                "{err}"
+            );
+        }
+        // A writer's claim of an empty mark, a lowering: all record the layout.
+        let err = parse_mark(br#"{"high_water_ms":0}"#, &Layout::TWITTER, "session").unwrap_err();
+        assert!(matches!(err, MarkError::NoLayout { .. }), "{err:?}");
     }
 
     #[test]
@@ -252,7 +442,7 @@ mod tests {
             by: "ops@host",
             at_ms: 7,
         }
-        .json(layout.epoch_ms(), "session");
+        .json(&layout, "session");
         let value: serde_json::Value = serde_json::from_str(&lowered).unwrap();
         assert_eq!(value["session"], "operator");
         assert_eq!(value["high_water_ms"], 5);

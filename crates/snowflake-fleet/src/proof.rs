@@ -20,6 +20,8 @@ pub(crate) struct Proof<T> {
     renewals: AtomicU64,
     renewal_failures: AtomicU64,
     losses: AtomicU64,
+    /// Free pairs the claim passed over because their mark was far ahead of the clock.
+    skipped_ahead: u64,
 }
 
 /// The state behind [`Proof`]'s lock.
@@ -35,6 +37,9 @@ pub(crate) struct Proven<T> {
     renewing: bool,
     /// Why the pair is not held, when it is not.
     lost_reason: Option<String>,
+    /// Why the coordinator cannot see changes to its claim right now (an etcd watch on a member
+    /// without a leader): the issuer is fenced until it sees again, however the lease renews.
+    blind_reason: Option<String>,
 }
 
 impl<T> Proven<T> {
@@ -73,12 +78,20 @@ impl<T> Proof<T> {
                 floor_ms,
                 renewing: false,
                 lost_reason: None,
+                blind_reason: None,
             }),
             fence,
             renewals: AtomicU64::new(0),
             renewal_failures: AtomicU64::new(0),
             losses: AtomicU64::new(0),
+            skipped_ahead: 0,
         }
+    }
+
+    /// The claim passed over `skipped` free pairs whose mark was far ahead of the clock.
+    pub(crate) fn with_skipped_ahead(mut self, skipped: u64) -> Proof<T> {
+        self.skipped_ahead = skipped;
+        self
     }
 
     /// The state; nothing panics while holding it, but a poisoned lock is still usable.
@@ -107,11 +120,48 @@ impl<T> Proof<T> {
         update(&mut state.own);
         state.until = Some(until);
         self.renewals.fetch_add(1, Ordering::Relaxed);
-        self.fence.send_replace(Fence::Held {
-            until,
-            floor_ms: state.floor_ms,
+        self.fence.send_replace(match &state.blind_reason {
+            Some(reason) => Fence::Lost {
+                reason: reason.clone(),
+            },
+            None => Fence::Held {
+                until,
+                floor_ms: state.floor_ms,
+            },
         });
         was_renewing
+    }
+
+    /// The coordinator cannot see changes to its claim (`reason`): fence the issuer until
+    /// [`Proof::seeing`], whatever the renewals say. The pair is not lost (nothing says it is
+    /// gone), so nothing is claimed again and no loss is counted. Returns whether it saw until
+    /// now.
+    pub(crate) fn blind(&self, reason: String) -> bool {
+        let mut state = self.lock();
+        let first = state.blind_reason.is_none();
+        state.blind_reason = Some(reason.clone());
+        if state.lost_reason.is_none() {
+            self.fence.send_replace(Fence::Lost { reason });
+        }
+        first
+    }
+
+    /// The coordinator sees changes to its claim again (and has just read it as its own): the
+    /// fence is the lease's again. Returns whether it was blind.
+    pub(crate) fn seeing(&self) -> bool {
+        let mut state = self.lock();
+        if state.blind_reason.take().is_none() {
+            return false;
+        }
+        if state.lost_reason.is_none()
+            && let Some(until) = state.until
+        {
+            self.fence.send_replace(Fence::Held {
+                until,
+                floor_ms: state.floor_ms,
+            });
+        }
+        true
     }
 
     /// A renewal failed (the pair may still be held until the fence runs out): whether it is
@@ -167,7 +217,12 @@ impl<T> Proof<T> {
         state.floor_ms = floor_ms;
         state.renewing = false;
         state.lost_reason = None;
-        self.fence.send_replace(Fence::Held { until, floor_ms });
+        self.fence.send_replace(match &state.blind_reason {
+            Some(reason) => Fence::Lost {
+                reason: reason.clone(),
+            },
+            None => Fence::Held { until, floor_ms },
+        });
     }
 
     /// Given up at shutdown.
@@ -195,7 +250,10 @@ impl<T> Proof<T> {
             reason,
             remaining_ms,
         } = LeaseInfo::status(
-            state.lost_reason.as_deref(),
+            state
+                .lost_reason
+                .as_deref()
+                .or(state.blind_reason.as_deref()),
             state.until,
             state.renewing,
             out_of_reach,
@@ -211,6 +269,7 @@ impl<T> Proof<T> {
             renewals: self.renewals.load(Ordering::Relaxed),
             renewal_failures: self.renewal_failures.load(Ordering::Relaxed),
             losses: self.losses.load(Ordering::Relaxed),
+            skipped_ahead: self.skipped_ahead,
         }
     }
 }
@@ -343,6 +402,56 @@ mod tests {
             Fence::Held {
                 until,
                 floor_ms: 300
+            }
+        );
+    }
+
+    #[test]
+    fn a_blind_proof_fences_through_renewals_until_it_sees_again() {
+        let until = Instant::now() + Duration::from_secs(60);
+        let proof = Proof::new(1_u32, until, 100);
+        let fence = proof.fence();
+        assert!(proof.blind("no leader".into()));
+        assert!(!proof.blind("still no leader".into()));
+        assert_eq!(
+            *fence.borrow(),
+            Fence::Lost {
+                reason: "still no leader".into()
+            }
+        );
+        // A renewal through another member keeps the lease, not the view of the claim.
+        let later = until + Duration::from_secs(10);
+        proof.renewed(later, |own| *own = 2);
+        assert_eq!(
+            *fence.borrow(),
+            Fence::Lost {
+                reason: "still no leader".into()
+            }
+        );
+        let info = proof.info("k", "late", |_| ttl(0));
+        assert_eq!(
+            (info.state, info.reason.as_deref(), info.losses),
+            ("lost", Some("still no leader"), 0),
+            "blind is shown, and no loss is counted"
+        );
+        // Seeing again: the lease's own fence, with the renewed deadline.
+        assert!(proof.seeing());
+        assert!(!proof.seeing());
+        assert_eq!(
+            *fence.borrow(),
+            Fence::Held {
+                until: later,
+                floor_ms: 100
+            }
+        );
+        // A loss while blind stays a loss when the view comes back.
+        proof.blind("no leader".into());
+        proof.lose("gone".into());
+        proof.seeing();
+        assert_eq!(
+            *fence.borrow(),
+            Fence::Lost {
+                reason: "gone".into()
             }
         );
     }

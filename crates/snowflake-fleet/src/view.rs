@@ -140,6 +140,7 @@ mod tests {
                 renewals: 0,
                 renewal_failures: 0,
                 losses: 0,
+                skipped_ahead: 0,
             }
         }
         fn held_pairs(&self) -> BoxFuture<'_, Result<Vec<HeldPair>, FleetError>> {

@@ -1,7 +1,7 @@
 //! `snowflake serve` settings: flags > `SNOWFLAKE_*` environment variables > a TOML file
 //! (`--config`) > defaults, all validated before anything is bound.
 
-use snowflake_core::{Field, Layout};
+use snowflake_core::{Field, Layout, TWITTER_EPOCH_MS};
 /// The fleet's settings, defined by the fleet crate (which leases the pair) and resolved here.
 pub use snowflake_fleet::{ClientTls, EtcdAuth, EtcdConfig, Secret, ZooKeeperConfig};
 use std::net::SocketAddr;
@@ -135,9 +135,10 @@ pub struct ServeArgs {
     #[arg(long, env = "SNOWFLAKE_STATE_DIR", value_name = "DIR")]
     pub state_dir: Option<PathBuf>,
 
-    /// Largest number of IDs one request may ask for, 1..=100000 [default: 100000]. A count
-    /// above 4096 is issued three quarters of a millisecond's sequence space at a time, within
-    /// --request-timeout-ms; for more IDs in one call, gRPC StreamIds.
+    /// Largest number of IDs one request may ask for, 1..=100000 [default: 100000, or 250 ms of
+    /// the layout's rate when that is less: 16000 under js-safe]. A count above one
+    /// millisecond's worth (4096) is issued three quarters of a millisecond's sequence space at
+    /// a time, within --request-timeout-ms; for more IDs in one call, gRPC StreamIds.
     #[arg(
         long,
         env = "SNOWFLAKE_MAX_BATCH",
@@ -471,6 +472,12 @@ pub enum LogFormat {
 /// IDs beside maximum batches"); at 1,000,000 it moved. More IDs in one call: gRPC `StreamIds`.
 pub const MAX_BATCH_CEILING: u64 = 100_000;
 
+/// The default `--max-batch` under `layout`: 250 ms of its rate (a quarter of its IDs per
+/// second), at most [`MAX_BATCH_CEILING`]: 100,000 under Twitter's widths, 16,000 under js-safe.
+pub fn default_max_batch(layout: &Layout) -> u64 {
+    (layout.max_ids_per_second() / 4).clamp(1, MAX_BATCH_CEILING)
+}
+
 /// The validated settings of one `snowflake serve`.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -490,7 +497,7 @@ pub struct Config {
     pub resp_limits: crate::resp::parse::Limits,
     /// TLS on the HTTP and gRPC listeners; `None`: plaintext.
     pub tls: Option<crate::tls::TlsFiles>,
-    /// The layout (Twitter's unless `--epoch-ms` says otherwise).
+    /// The layout (`--layout` and `--epoch-ms`; Twitter's by default).
     pub layout: Layout,
     /// Datacenter id.
     pub datacenter_id: u64,
@@ -578,6 +585,16 @@ impl Config {
     /// Resolves flags/environment (`args`, plus the global `--epoch-ms`), the config file and
     /// the defaults into a checked configuration.
     pub fn resolve(args: &ServeArgs, epoch_ms: Option<&str>) -> Result<Config, ConfigError> {
+        Config::resolve_with_layout(args, epoch_ms, None)
+    }
+
+    /// [`Config::resolve`] with the global `--layout` (env `SNOWFLAKE_LAYOUT`, file key
+    /// `layout`) too.
+    pub fn resolve_with_layout(
+        args: &ServeArgs,
+        epoch_ms: Option<&str>,
+        layout: Option<&str>,
+    ) -> Result<Config, ConfigError> {
         let file = match &args.config {
             Some(path) => Some(ConfigFile::read(path)?),
             None => None,
@@ -587,13 +604,31 @@ impl Config {
         };
         let mut config = Config::with_state_dir(default_state_dir());
 
-        if let Some((text, name)) = src.pick(epoch_ms, "epoch-ms", "epoch_ms") {
-            let epoch = Layout::TWITTER
-                .parse(Field::Epoch, &text)
-                .map_err(|e| ConfigError::invalid(&name, e))?;
-            config.layout =
-                Layout::with_epoch(epoch).map_err(|e| ConfigError::invalid(&name, e))?;
+        let epoch = match src.pick(epoch_ms, "epoch-ms", "epoch_ms") {
+            Some((text, name)) => {
+                let epoch = Layout::TWITTER
+                    .parse(Field::Epoch, &text)
+                    .map_err(|e| ConfigError::invalid(&name, e))?;
+                config.layout =
+                    Layout::with_epoch(epoch).map_err(|e| ConfigError::invalid(&name, e))?;
+                Some((epoch, name))
+            }
+            None => None,
+        };
+        if let Some((text, name)) = src.pick(layout, "layout", "layout") {
+            let bits: snowflake_core::Bits =
+                text.parse().map_err(|e| ConfigError::invalid(&name, e))?;
+            let epoch_ms = epoch.as_ref().map_or(TWITTER_EPOCH_MS, |(ms, _)| *ms);
+            config.layout = Layout::new(epoch_ms, bits).map_err(|e| {
+                let names = epoch
+                    .as_ref()
+                    .map_or_else(|| name.clone(), |(_, epoch)| format!("{name} and {epoch}"));
+                ConfigError::invalid(&names, e)
+            })?;
         }
+        // A batch of at most 250 ms of the layout's rate by default, so that one never outlasts
+        // a client's call timeout (16,000 under js-safe); Twitter's keeps the ceiling.
+        config.max_batch = default_max_batch(&config.layout);
         if let Some((text, name)) = src.pick(args.http_addr.as_deref(), "http-addr", "http_addr") {
             config.http_addr = parse_addr(&text).map_err(|e| ConfigError::invalid(&name, e))?;
         }
@@ -1305,6 +1340,7 @@ const FILE_KEYS: &[&str] = &[
     "thrift_addr",
     "thrift_max_frame_bytes",
     "epoch_ms",
+    "layout",
     "datacenter_id",
     "worker_id",
     "state_dir",
@@ -1555,7 +1591,9 @@ pub fn machine_hostname() -> String {
         .unwrap_or_else(|| "unknown".into())
 }
 
-/// The worker id at the end of a StatefulSet pod's host name: `snowflake-7` → 7.
+/// The worker id at the end of a StatefulSet pod's host name: `snowflake-7` → 7. Only the
+/// canonical spelling a StatefulSet gives (no leading zero, `0` alone): `snowflake-07` is
+/// refused, because `snowflake-7` and `snowflake-07` would otherwise both claim worker 7.
 pub fn worker_from_ordinal(hostname: &str, layout: &Layout) -> Result<u64, String> {
     let ordinal = hostname
         .rsplit_once('-')
@@ -1567,6 +1605,13 @@ pub fn worker_from_ordinal(hostname: &str, layout: &Layout) -> Result<u64, Strin
         ));
     };
     let max = layout.max_worker_id();
+    if ordinal.len() > 1 && ordinal.starts_with('0') {
+        return Err(format!(
+            "the ordinal {ordinal} of host name {hostname:?} has a leading zero; a StatefulSet \
+             ordinal never does (snowflake-7, not snowflake-07), and two spellings of one number \
+             would claim one worker id: expected 0..={max} written without leading zeros"
+        ));
+    }
     match ordinal.parse::<u64>() {
         Ok(n) if n <= max => Ok(n),
         _ => Err(format!(

@@ -485,6 +485,11 @@ impl Collector for NodeCollector {
                     "Times the lease was lost (expired or taken away)",
                     lease.losses,
                 ),
+                (
+                    "lease_claim_skipped_pairs",
+                    "Free pairs the claim passed over because their high-water mark was far ahead of the clock",
+                    lease.skipped_ahead,
+                ),
             ] {
                 let counter = ConstCounter::new(value);
                 counter.encode(encoder.encode_descriptor(

@@ -358,7 +358,7 @@ impl Node {
         let layout = config.layout;
         let state = StateDir::open(&config.state_dir)?;
         state.remove_leftovers();
-        let mut mark = state.load(config.datacenter_id, config.worker_id, layout.epoch_ms())?;
+        let mut mark = state.load(config.datacenter_id, config.worker_id, &layout)?;
         let last_written_ms = mark.as_ref().map(|m| m.written_at_ms);
         // Only a reservation this node's own previous run left behind says it crashed; a mark
         // taken over from the coordination service (below) is another holder's, often a clean
@@ -382,7 +382,7 @@ impl Node {
             mark = Some(StateDir::mark(
                 config.datacenter_id,
                 config.worker_id,
-                layout.epoch_ms(),
+                &layout,
                 floor_ms,
                 MarkKind::Reservation,
                 floor_ms,
@@ -1005,7 +1005,7 @@ impl Node {
         let mark = StateDir::mark(
             generator.datacenter_id(),
             generator.worker_id(),
-            self.layout.epoch_ms(),
+            &self.layout,
             high_water_ms,
             kind,
             now_ms,

@@ -14,16 +14,30 @@
 //! skips a reservation at or below what is already on disk (a late, lower write can never replace
 //! a higher one), and after the shutdown mark (the one record allowed to lower the mark, because
 //! nothing is issued after it) refuses every further reservation.
+//!
+//! **The layout is recorded with the epoch.** Under Twitter's widths a state file is format 1,
+//! byte for byte what every release before layouts wrote (its layout is Twitter's widths with
+//! its `epoch_ms`). Under any other widths it is format 2, which adds the `layout` record; a
+//! release before layouts refuses format 2 (it knows format 1 only), so rolling back cannot
+//! issue Twitter IDs over another layout's. A node whose layout is not the file's refuses to
+//! start, naming both.
 
 use crate::clock_trust::TrustedPoint;
 use serde::{Deserialize, Serialize};
+use snowflake_core::{Bits, Layout, LayoutRecord};
 use std::fs::{self, File, OpenOptions, TryLockError};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-/// The state file format written by this version.
-const FORMAT: u32 = 1;
+/// The state file format under Twitter's widths: the format of every release before layouts,
+/// which records the epoch only.
+const FORMAT_TWITTER: u32 = 1;
+/// The state file format under any other widths: format 1 plus the `layout` record. A release
+/// before layouts refuses it.
+const FORMAT_LAYOUT: u32 = 2;
+/// The format of `clock.json`.
+const CLOCK_FORMAT: u32 = 1;
 /// A state file is a few hundred bytes; anything much larger is not ours.
 const MAX_STATE_FILE_BYTES: u64 = 64 * 1024;
 
@@ -85,6 +99,24 @@ pub enum StateError {
         /// The node's epoch.
         epoch_ms: u64,
     },
+    /// A state file was written under other field widths: IDs of two layouts can collide.
+    #[error(
+        "state file {path} was written under the layout {written}, but the node now runs {running}; \
+         ids of two layouts can collide, so it is refusing to start. Run this (datacenter, worker) \
+         pair with --layout {written_name} (and its epoch), the layout its ids were issued under; \
+         moving to another layout needs a new state directory and a new fleet prefix (see \
+         docs/layouts.md)"
+    )]
+    LayoutChanged {
+        /// The file.
+        path: PathBuf,
+        /// The layout the file records (name and epoch).
+        written: String,
+        /// The name of the layout the file records.
+        written_name: String,
+        /// The node's layout (name and epoch).
+        running: String,
+    },
     /// A state file could not be written durably.
     #[error("cannot write state file {path}: {source}")]
     Write {
@@ -118,7 +150,7 @@ pub enum MarkKind {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Mark {
-    /// The file format version.
+    /// The file format version: 1 under Twitter's widths (no `layout`), 2 under any other.
     pub format: u32,
     /// The node's datacenter id.
     pub datacenter_id: u64,
@@ -126,6 +158,10 @@ pub struct Mark {
     pub worker_id: u64,
     /// The layout's epoch the IDs were issued under.
     pub epoch_ms: u64,
+    /// The layout the IDs were issued under, in format 2 (absent in format 1, which means
+    /// Twitter's widths with `epoch_ms`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub layout: Option<LayoutRecord>,
     /// No ID of this node has a timestamp above this (Unix ms).
     pub high_water_ms: u64,
     /// Reservation or exact shutdown point.
@@ -269,10 +305,10 @@ impl StateDir {
         &self,
         datacenter_id: u64,
         worker_id: u64,
-        epoch_ms: u64,
+        layout: &Layout,
     ) -> Result<Option<Mark>, StateError> {
         let path = self.file(datacenter_id, worker_id);
-        let mark = match StateDir::read_mark(&path, datacenter_id, worker_id, epoch_ms) {
+        let mark = match StateDir::read_mark(&path, datacenter_id, worker_id, layout) {
             Ok(mark) => mark,
             Err(StateError::Read { source, .. })
                 if source.kind() == std::io::ErrorKind::NotFound =>
@@ -286,12 +322,42 @@ impl StateDir {
     }
 
     /// Reads and checks one state file without taking the directory's lock (a running node
-    /// replaces it atomically): for operator tools. A missing file is a `Read` error.
+    /// replaces it atomically): for operator tools. A missing file is a `Read` error; a file
+    /// written under another layout (widths or epoch) than `layout` is refused.
     pub fn read_mark(
         path: &Path,
         datacenter_id: u64,
         worker_id: u64,
-        epoch_ms: u64,
+        layout: &Layout,
+    ) -> Result<Mark, StateError> {
+        let mark = StateDir::read_any_mark(path, datacenter_id, worker_id)?;
+        let written = mark.written_layout();
+        if written.bits() != layout.bits() {
+            return Err(StateError::LayoutChanged {
+                path: path.to_owned(),
+                written: describe(&written),
+                written_name: written.name.clone(),
+                running: describe(&LayoutRecord::from(layout)),
+            });
+        }
+        if mark.epoch_ms != layout.epoch_ms() {
+            return Err(StateError::EpochChanged {
+                path: path.to_owned(),
+                written_epoch_ms: mark.epoch_ms,
+                epoch_ms: layout.epoch_ms(),
+            });
+        }
+        Ok(mark)
+    }
+
+    /// Reads and checks one state file whatever its layout (for `snowflake state show`, which
+    /// prints the layout a file records): format 1 (Twitter's widths, the epoch) or 2 (the
+    /// layout record, consistent with itself and with the epoch), for the pair it is named
+    /// after.
+    pub fn read_any_mark(
+        path: &Path,
+        datacenter_id: u64,
+        worker_id: u64,
     ) -> Result<Mark, StateError> {
         let path = path.to_owned();
         let file = File::open(&path).map_err(|source| StateError::Read {
@@ -318,24 +384,46 @@ impl StateDir {
         }
         let mark: Mark = serde_json::from_str(&text)
             .map_err(|e| corrupt(format!("not a valid state record: {e}")))?;
-        if mark.format != FORMAT {
-            return Err(corrupt(format!(
-                "format {} is not the supported format {FORMAT}",
-                mark.format
-            )));
+        match (mark.format, &mark.layout) {
+            (FORMAT_TWITTER, None) => {}
+            (FORMAT_TWITTER, Some(_)) => {
+                return Err(corrupt(
+                    "format 1 records no layout (Twitter's widths), yet it has one".into(),
+                ));
+            }
+            (FORMAT_LAYOUT, None) => {
+                return Err(corrupt("format 2 without the layout it must record".into()));
+            }
+            (FORMAT_LAYOUT, Some(record)) => {
+                if record.epoch_ms != mark.epoch_ms {
+                    return Err(corrupt(format!(
+                        "its layout's epoch {} is not its epoch_ms {}",
+                        record.epoch_ms, mark.epoch_ms
+                    )));
+                }
+                // Consistent in itself (name, widths, largest ID); its lifetime is not checked
+                // here: a layout that ran out is refused where the node builds its layout.
+                record
+                    .to_layout_at(record.epoch_ms)
+                    .map_err(|e| corrupt(format!("its layout record is not valid: {e}")))?;
+                if record.bits() == Bits::TWITTER {
+                    return Err(corrupt(
+                        "format 2 records Twitter's widths, which are written as format 1".into(),
+                    ));
+                }
+            }
+            (format, _) => {
+                return Err(corrupt(format!(
+                    "format {format} is not a supported format ({FORMAT_TWITTER} for Twitter's \
+                     widths, {FORMAT_LAYOUT} for any other layout)"
+                )));
+            }
         }
         if (mark.datacenter_id, mark.worker_id) != (datacenter_id, worker_id) {
             return Err(corrupt(format!(
                 "it records datacenter {} worker {}, not datacenter {datacenter_id} worker {worker_id}",
                 mark.datacenter_id, mark.worker_id
             )));
-        }
-        if mark.epoch_ms != epoch_ms {
-            return Err(StateError::EpochChanged {
-                path,
-                written_epoch_ms: mark.epoch_ms,
-                epoch_ms,
-            });
         }
         Ok(mark)
     }
@@ -419,9 +507,9 @@ impl StateDir {
         };
         let record: ClockRecord = serde_json::from_str(&text)
             .map_err(|e| format!("{} is not a clock record: {e}", path.display()))?;
-        if record.format != FORMAT {
+        if record.format != CLOCK_FORMAT {
             return Err(format!(
-                "{} has format {}, expected {FORMAT}",
+                "{} has format {}, expected {CLOCK_FORMAT}",
                 path.display(),
                 record.format
             ));
@@ -457,7 +545,7 @@ impl StateDir {
     /// in the page cache).
     pub fn store_clock(&self, point: &TrustedPoint) -> std::io::Result<()> {
         let record = ClockRecord {
-            format: FORMAT,
+            format: CLOCK_FORMAT,
             boot_id: point.boot_id.clone(),
             since_boot_ms: point.since_boot_ms,
             trusted_ms: point.trusted_ms,
@@ -495,26 +583,49 @@ impl StateDir {
         }
     }
 
-    /// A mark record for this process.
+    /// A mark record for this process: format 1 under Twitter's widths (whatever the epoch),
+    /// format 2 with the layout under any other.
     pub fn mark(
         datacenter_id: u64,
         worker_id: u64,
-        epoch_ms: u64,
+        layout: &Layout,
         high_water_ms: u64,
         kind: MarkKind,
         now_ms: u64,
     ) -> Mark {
+        let twitter = layout.bits() == Bits::TWITTER;
         Mark {
-            format: FORMAT,
+            format: if twitter {
+                FORMAT_TWITTER
+            } else {
+                FORMAT_LAYOUT
+            },
             datacenter_id,
             worker_id,
-            epoch_ms,
+            epoch_ms: layout.epoch_ms(),
+            layout: (!twitter).then(|| LayoutRecord::from(layout)),
             high_water_ms,
             kind,
             written_at_ms: now_ms,
             pid: std::process::id(),
         }
     }
+}
+
+impl Mark {
+    /// The layout the record says its IDs were issued under: its `layout` (format 2), or
+    /// Twitter's widths with its epoch (format 1).
+    pub fn written_layout(&self) -> LayoutRecord {
+        self.layout.clone().unwrap_or_else(|| LayoutRecord {
+            epoch_ms: self.epoch_ms,
+            ..LayoutRecord::from(Layout::TWITTER)
+        })
+    }
+}
+
+/// A layout for messages: its name and its epoch.
+fn describe(record: &LayoutRecord) -> String {
+    format!("{} (epoch {})", record.name, record.epoch_ms)
 }
 
 /// Creates `path` and any missing parents, and makes each new directory durable by fsyncing the

@@ -886,7 +886,17 @@ fn worker_ids_from_the_host_name() {
     );
     assert!(config.worker_id_given);
     assert_eq!(config.hostname, "snowflake-7");
-    assert_eq!(ordinal("ids-b-031").unwrap().worker_id, 31);
+    assert_eq!(ordinal("ids-b-31").unwrap().worker_id, 31);
+    assert_eq!(ordinal("snowflake-0").unwrap().worker_id, 0);
+    // Issue 28: only the canonical ordinal; `snowflake-07` and `snowflake-7` would both take
+    // worker 7 (this was accepted as 7 before).
+    for host in ["snowflake-07", "ids-b-031", "snowflake-00"] {
+        let message = ordinal(host).unwrap_err().to_string();
+        assert!(
+            message.contains("leading zero") && message.contains(&format!("{host:?}")),
+            "{host}: {message}"
+        );
+    }
     for (host, needles) in [
         ("web", vec!["does not end in -N", "\"web\""]),
         ("snowflake-", vec!["does not end in -N"]),

@@ -170,6 +170,7 @@ impl Coordinator for FakeLease {
             renewals: 7,
             renewal_failures: 1,
             losses: 0,
+            skipped_ahead: 0,
         }
     }
 

@@ -13,5 +13,6 @@ mod mixed;
 mod resp;
 mod restart;
 mod start_log;
+mod state_layout;
 mod support;
 mod thrift;

@@ -2,7 +2,7 @@
 
 use crate::support::{T, TestServer, config, id_of};
 use hyper::StatusCode;
-use snowflake_core::{Clock, ManualClock};
+use snowflake_core::{Clock, Layout, ManualClock};
 use snowflake_server::Node;
 use snowflake_server::state::{MarkKind, StateDir};
 use std::sync::Arc;
@@ -207,7 +207,7 @@ fn corrupt_or_foreign_state_files_stop_the_start() {
 
 /// A state record as the node writes it.
 fn record(high_water_ms: u64, kind: MarkKind) -> snowflake_server::state::Mark {
-    StateDir::mark(0, 0, 1_288_834_974_657, high_water_ms, kind, T)
+    StateDir::mark(0, 0, &Layout::TWITTER, high_water_ms, kind, T)
 }
 
 /// Many writers at once (the keeper, requests whose reservation timed out, shutdown): every
@@ -293,7 +293,7 @@ fn a_late_lower_reservation_never_lowers_the_mark_and_none_follows_the_shutdown_
     // A new process (the lock released) reads it and goes on.
     drop(state);
     let state = StateDir::open(dir.path()).unwrap();
-    let mark = state.load(0, 0, 1_288_834_974_657).unwrap().unwrap();
+    let mark = state.load(0, 0, &Layout::TWITTER).unwrap().unwrap();
     assert_eq!(mark.high_water_ms, T + 2000);
     state
         .store(&record(T + 1500, MarkKind::Reservation))
@@ -324,7 +324,7 @@ fn a_state_file_of_the_previous_release_is_read() {
     )
     .unwrap();
     let state = StateDir::open(dir.path()).unwrap();
-    let mark = state.load(3, 7, 1_288_834_974_657).unwrap().unwrap();
+    let mark = state.load(3, 7, &Layout::TWITTER).unwrap().unwrap();
     assert_eq!(mark.high_water_ms, 1_796_000_000_000);
     assert_eq!(mark.kind, MarkKind::Reservation);
 }

@@ -56,6 +56,7 @@ impl Coordinator for Holding {
             renewals: 0,
             renewal_failures: 0,
             losses: 0,
+            skipped_ahead: 0,
         }
     }
     fn held_pairs(&self) -> BoxFuture<'_, Result<Vec<HeldPair>, FleetError>> {
@@ -101,12 +102,11 @@ fn opening_log(dir: &std::path::Path, coordinator: Option<Arc<dyn Coordinator>>)
 /// Leaves a mark of `kind` in `dir`, as a run of pair (0, 0) would have.
 fn leave_mark(dir: &std::path::Path, high_water_ms: u64, kind: MarkKind) {
     let state = StateDir::open(dir).expect("state dir");
-    let epoch_ms = Layout::TWITTER.epoch_ms();
     state
         .store(&StateDir::mark(
             0,
             0,
-            epoch_ms,
+            &Layout::TWITTER,
             high_water_ms,
             kind,
             T - 1_000,

@@ -3,14 +3,16 @@
 //! takes the lowest free worker whose mark it can use, giving back one whose mark it cannot.
 
 use super::client::{EtcdClient, EtcdError};
-use super::txn::{absent, first_kvs, get, lease_is, put, shown};
+use super::layout::{ensure_layout, layout_key};
+use super::txn::{absent, first_kvs, get, lease_is, put, shown, value_is};
 use super::{
     EtcdLease, Keys, Lease, RETRY_PAUSE, call_timeout, held_until, pb, to_i64, trusted_ttl,
 };
 use crate::config::EtcdConfig;
+use crate::fleet_layout::LayoutMismatch;
 use crate::mark::{MarkError, usable_mark};
 use crate::proof::Proof;
-use snowflake_core::{Layout, format_unix_ms};
+use snowflake_core::{Clock, Layout, SystemClock, format_unix_ms};
 use std::time::{Duration, Instant};
 
 /// Who holds a claim: the value of the claim key, for operators.
@@ -98,6 +100,9 @@ pub enum ClaimError {
         /// The last error.
         last: String,
     },
+    /// The fleet records another layout (or one that cannot be read).
+    #[error(transparent)]
+    Layout(#[from] LayoutMismatch),
     /// The pair's mark in etcd cannot be read; issuing without it could repeat a predecessor's
     /// IDs.
     #[error(
@@ -122,6 +127,8 @@ pub(super) enum Attempt {
     Unusable { reason: MarkError },
     /// Another lease holds it; its claim key's value.
     HeldBy { holder: String },
+    /// The fleet's layout record is no longer the one read before the claim: read it again.
+    LayoutMoved,
 }
 
 /// The mark a claim read: the floor, the lease (hex) that wrote it, and the mark key's
@@ -209,6 +216,10 @@ impl EtcdLease {
         let mut last_error = String::new();
         // Workers whose mark is unusable (unpinned claims skip them).
         let mut unusable: Vec<Skipped> = Vec::new();
+        // Workers whose mark is far ahead of the clock, passed over while another is free;
+        // taken after all (`take_ahead`) when none is.
+        let mut ahead: Vec<u64> = Vec::new();
+        let mut take_ahead = false;
         loop {
             let result: Result<Option<Won>, ClaimError> = async {
                 // A lease older than half its TTL may lapse before the claim lands: take a new one.
@@ -237,6 +248,11 @@ impl EtcdLease {
                             .id
                     }
                 };
+                // The fleet's layout: recorded by the first claimant, ours or a refusal; every
+                // claim transaction below compares it.
+                let layout_value = ensure_layout(&client, &config.prefix, layout, timeout)
+                    .await
+                    .map_err(|e| unreachable(config, &e))??;
                 let candidates: Vec<u64> = match worker_id {
                     Some(w) => vec![w],
                     None => {
@@ -256,7 +272,9 @@ impl EtcdLease {
                             .collect();
                         (0..=layout.max_worker_id())
                             .filter(|w| {
-                                !held.contains(w) && !unusable.iter().any(|u| u.worker_id == *w)
+                                !held.contains(w)
+                                    && !unusable.iter().any(|u| u.worker_id == *w)
+                                    && (take_ahead || !ahead.contains(w))
                             })
                             .collect()
                     }
@@ -264,13 +282,42 @@ impl EtcdLease {
                 let mut held_by = None;
                 for &w in &candidates {
                     let keys = Keys::new(&config.prefix, datacenter_id, w);
-                    match try_claim(&client, &keys, lease_id, &holder_json, layout, timeout)
+                    let claim = Claim {
+                        lease_id,
+                        holder: &holder_json,
+                        layout,
+                        layout_value: &layout_value,
+                    };
+                    match try_claim(&client, &keys, &claim, timeout)
                         .await
                         .map_err(|e| unreachable(config, &e))?
                     {
+                        Attempt::Claimed(mark)
+                            if worker_id.is_none()
+                                && !take_ahead
+                                && far_ahead(mark.floor_ms, SystemClock.now_ms()) =>
+                        {
+                            // Its holder would wait until the clock passes the mark: another
+                            // free worker serves at once.
+                            give_back(&client, &keys.claim, lease_id, timeout)
+                                .await
+                                .map_err(|e| unreachable(config, &e))?;
+                            tracing::warn!(
+                                datacenter_id,
+                                worker_id = w,
+                                key = %keys.mark,
+                                mark_ms = mark.floor_ms,
+                                mark = %format_unix_ms(mark.floor_ms),
+                                "skipping a free worker whose high-water mark is far ahead of the \
+                                 clock (its holder would wait until the clock passes it)"
+                            );
+                            ahead.push(w);
+                        }
                         Attempt::Claimed(mark) => {
                             return Ok(Some(Won { worker_id: w, mark }));
                         }
+                        // Changed since it was read: read (and check) it again.
+                        Attempt::LayoutMoved => return Ok(None),
                         Attempt::HeldBy { holder } => {
                             held_by = Some(HeldWorker {
                                 worker_id: w,
@@ -319,6 +366,11 @@ impl EtcdLease {
                     // Free workers were taken by other nodes claiming at the same moment: list
                     // again.
                     (None, Some(_)) if Instant::now() < deadline => Ok(None),
+                    // Nothing free but workers whose mark is far ahead: take one after all.
+                    (None, None) if !ahead.is_empty() && !take_ahead => {
+                        take_ahead = true;
+                        Ok(None)
+                    }
                     // Nothing free but workers with unusable marks: say why they were skipped.
                     (None, _) if !unusable.is_empty() => {
                         let first = &unusable[0];
@@ -355,6 +407,8 @@ impl EtcdLease {
                         takeover_mark_ms = mark.floor_ms,
                         "claimed the pair in etcd"
                     );
+                    let skipped = u64::try_from(ahead.iter().filter(|a| **a != w).count())
+                        .unwrap_or(u64::MAX);
                     return Ok(EtcdLease {
                         client,
                         config: config.clone(),
@@ -372,7 +426,8 @@ impl EtcdLease {
                             },
                             until,
                             mark.floor_ms,
-                        ),
+                        )
+                        .with_skipped_ahead(skipped),
                     });
                 }
                 Ok(None) => {}
@@ -406,23 +461,42 @@ impl EtcdLease {
     }
 }
 
-/// One claim transaction: create the claim key under `lease_id` if absent, and read the mark
-/// (which must be usable in `layout`). The error is etcd's.
+/// What one claim transaction claims with.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Claim<'a> {
+    /// The lease the claim key is put under.
+    pub(super) lease_id: i64,
+    /// The claim key's value (the holder's JSON).
+    pub(super) holder: &'a str,
+    /// The layout the mark must be usable in.
+    pub(super) layout: &'a Layout,
+    /// The fleet's layout record as read and checked: the transaction compares it.
+    pub(super) layout_value: &'a [u8],
+}
+
+/// One claim transaction: create the claim key under the lease if absent while the fleet's
+/// layout record is still the one checked, and read the mark (which must be usable in the
+/// layout). The error is etcd's.
 pub(super) async fn try_claim(
     client: &EtcdClient,
     keys: &Keys,
-    lease_id: i64,
-    holder: &str,
-    layout: &Layout,
+    claim: &Claim<'_>,
     timeout: Duration,
 ) -> Result<Attempt, EtcdError> {
+    let Claim {
+        lease_id,
+        holder,
+        layout,
+        layout_value,
+    } = *claim;
+    let layout_key = layout_key(&keys.prefix);
     let request = pb::TxnRequest {
-        compare: vec![absent(&keys.claim)],
+        compare: vec![absent(&keys.claim), value_is(&layout_key, layout_value)],
         success: vec![
             put(&keys.claim, holder.to_owned(), lease_id),
             get(&keys.mark),
         ],
-        failure: vec![get(&keys.claim), get(&keys.mark)],
+        failure: vec![get(&keys.claim), get(&keys.mark), get(&layout_key)],
     };
     let response = client.txn(request, timeout).await?;
     let succeeded = response.succeeded;
@@ -430,7 +504,15 @@ pub(super) async fn try_claim(
     let (claim, mark) = if succeeded {
         (None, ranges.next().flatten())
     } else {
-        (ranges.next().flatten(), ranges.next().flatten())
+        let (claim, mark) = (ranges.next().flatten(), ranges.next().flatten());
+        if ranges
+            .next()
+            .flatten()
+            .is_none_or(|kv| kv.value != layout_value)
+        {
+            return Ok(Attempt::LayoutMoved);
+        }
+        (claim, mark)
     };
     let claimed = |mark: Option<pb::KeyValue>| {
         let mark_revision = mark.as_ref().map_or(0, |kv| kv.mod_revision);
@@ -463,7 +545,19 @@ pub(super) async fn try_claim(
     })
 }
 
-/// Gives back a claim this node just made (its mark is unusable): deletes the claim key only
+/// How far ahead of the clock a mark may be before an unpinned claim passes its worker over
+/// while another is free: a minute, the largest `--reserve-ms`, so a crashed holder's own
+/// reservation never is; a mark further ahead (a wrong clock wrote it) would keep the new
+/// holder waiting, not ready, until the clock passes it.
+pub const FAR_AHEAD_MS: u64 = 60_000;
+
+/// Whether `mark_ms` is far enough ahead of `now_ms` that an unpinned claim passes its worker
+/// over while another is free.
+pub(crate) fn far_ahead(mark_ms: u64, now_ms: u64) -> bool {
+    mark_ms > now_ms.saturating_add(FAR_AHEAD_MS)
+}
+
+/// Gives back a claim this node just made (its mark is unusable, or far ahead): deletes the claim key only
 /// while it is still attached to `lease_id`, never someone else's.
 async fn give_back(
     client: &EtcdClient,

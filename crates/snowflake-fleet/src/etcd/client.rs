@@ -24,6 +24,13 @@ use tonic::metadata::{Ascii, MetadataValue};
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 
+/// The gRPC metadata by which a call requires the member to have a leader (etcd's
+/// `rpctypes.MetadataRequireLeaderKey`).
+pub const REQUIRE_LEADER_KEY: &str = "hasleader";
+
+/// What etcd answers when a member has no leader (`rpctypes.ErrGRPCNoLeader`).
+const NO_LEADER: &str = "etcdserver: no leader";
+
 /// A member's channel with the auth token (if any) added to every call.
 pub type AuthedChannel = InterceptedService<Channel, TokenInterceptor>;
 
@@ -62,6 +69,21 @@ pub enum EtcdError {
         /// What went wrong.
         message: String,
     },
+}
+
+impl EtcdError {
+    /// The member said it has no leader: it is cut off from the quorum (or an election is
+    /// under way), and what it serves may be stale.
+    pub fn is_no_leader(&self) -> bool {
+        matches!(self, EtcdError::Call { message, .. } if message.contains(NO_LEADER))
+    }
+
+    /// The member that answered (or did not).
+    pub fn endpoint(&self) -> &str {
+        match self {
+            EtcdError::Timeout { endpoint, .. } | EtcdError::Call { endpoint, .. } => endpoint,
+        }
+    }
 }
 
 /// One etcd member.
@@ -395,7 +417,15 @@ impl EtcdClient {
         let started = tokio::time::Instant::now();
         let responses = self
             .call(timeout, |channel| async move {
-                WatchClient::new(channel).watch(stream).await
+                // etcd's "require leader" (clientv3.WithRequireLeader): a member cut off from
+                // the quorum refuses the watch, and cancels it once it has had no leader for a
+                // few election timeouts, instead of keeping a silent stream open that can miss
+                // a deletion the quorum applied.
+                let mut request = tonic::Request::new(stream);
+                request
+                    .metadata_mut()
+                    .insert(REQUIRE_LEADER_KEY, MetadataValue::from_static("true"));
+                WatchClient::new(channel).watch(request).await
             })
             .await?;
         let mut watch = WatchStream {
@@ -424,6 +454,13 @@ impl EtcdClient {
                     timeout,
                 })
             }
+        }
+    }
+
+    /// After a watch failed (its member has no leader, say): use the next member from now on.
+    pub fn watch_failed(&self, watch: &WatchStream) {
+        if let Some(index) = self.members.iter().position(|m| m.url == watch.endpoint) {
+            self.failed(index);
         }
     }
 

@@ -2,8 +2,9 @@
 //! when it fails), each success proving the pair held for the TTL from when it was sent; after
 //! an expiry, the same pair claimed again with a new lease, its mark read again.
 
-use super::claim::{Attempt, ClaimedMark, try_claim};
+use super::claim::{Attempt, Claim, ClaimedMark, try_claim};
 use super::client::KeepAliveStream;
+use super::layout::ensure_layout;
 use super::{
     EtcdLease, RETRY_PAUSE, call_timeout, held_until, keep_alive_interval, to_i64, trusted_ttl,
 };
@@ -122,16 +123,29 @@ impl EtcdLease {
                 tokio::time::sleep(RETRY_PAUSE).await;
                 continue;
             };
-            match try_claim(
-                &self.client,
-                &keys,
-                granted.id,
-                &self.holder,
-                &self.layout,
-                timeout,
-            )
-            .await
-            {
+            // The fleet's layout, checked again: an operator may have moved the fleet.
+            let layout_value =
+                match ensure_layout(&self.client, &self.config.prefix, &self.layout, timeout).await
+                {
+                    Ok(Ok(value)) => value,
+                    Ok(Err(mismatch)) => {
+                        let _ = self.client.revoke(granted.id, timeout).await;
+                        return Err(FleetError::Layout(mismatch));
+                    }
+                    Err(err) => {
+                        let _ = self.client.revoke(granted.id, timeout).await;
+                        tracing::debug!(error = %err, "cannot reach etcd to claim the pair again");
+                        tokio::time::sleep(RETRY_PAUSE).await;
+                        continue;
+                    }
+                };
+            let claim = Claim {
+                lease_id: granted.id,
+                holder: &self.holder,
+                layout: &self.layout,
+                layout_value: &layout_value,
+            };
+            match try_claim(&self.client, &keys, &claim, timeout).await {
                 Ok(Attempt::Claimed(ClaimedMark {
                     floor_ms,
                     writer,
@@ -168,6 +182,10 @@ impl EtcdLease {
                          so it stops (restart it to claim a free pair)",
                         self.worker_id, self.datacenter_id, self.claim_key
                     )));
+                }
+                Ok(Attempt::LayoutMoved) => {
+                    let _ = self.client.revoke(granted.id, timeout).await;
+                    tokio::time::sleep(RETRY_PAUSE).await;
                 }
                 Ok(Attempt::Unusable { reason }) => {
                     let _ = self.client.revoke(granted.id, timeout).await;

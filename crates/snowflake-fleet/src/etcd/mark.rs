@@ -35,7 +35,7 @@ impl EtcdLease {
         // before a re-claim can land after it, and the mark it replaces is another holder's.
         let mark_ms = mark_ms.max(floor_ms);
         let writer = format!("{lease_id:x}");
-        let value = mark_json(mark_ms, self.layout.epoch_ms(), "lease", &writer);
+        let value = mark_json(mark_ms, &self.layout, "lease", &writer);
         for _ in 0..MARK_ATTEMPTS {
             // A build for the fault campaign's self-test (`--cfg snowflake_campaign_bug`,
             // never a release) skips the lease compare, so that a node whose claim was deleted
@@ -88,7 +88,7 @@ impl EtcdLease {
             let Mark {
                 high_water_ms: stored_ms,
                 writer: stored_writer,
-            } = parse_mark(&mark.value, self.layout.epoch_ms(), "lease").map_err(|reason| {
+            } = parse_mark(&mark.value, &self.layout, "lease").map_err(|reason| {
                 FleetError::UnusableMark {
                     context: format!(
                         "the high-water mark in etcd ({}) changed under this node and is unusable",

@@ -26,6 +26,9 @@
 //!   against the revision the node itself wrote: the shutdown mark, which may lower the node's
 //!   *own* last reservation because nothing more will be issued; a reservation still in
 //!   flight then fails its compare instead of landing after it.
+//! - **Layout.** `PREFIX/layout` records the fleet's layout once (created if absent by the
+//!   first claimant); every claim transaction compares it, so a node with another layout
+//!   refuses to start, naming both.
 //! - **Unusable marks.** A mark that cannot be read, was written with another epoch, or is at
 //!   or past the layout's last millisecond: a node pinned to the pair (`--worker-id`) refuses
 //!   to start; an unpinned one gives that claim back (a delete conditional on its own lease)
@@ -48,13 +51,16 @@
 mod claim;
 mod client;
 mod keep;
+mod layout;
 mod mark;
 mod operator;
 mod txn;
 mod watch;
 
-pub use claim::{ClaimError, Holder};
+pub(crate) use claim::far_ahead;
+pub use claim::{ClaimError, FAR_AHEAD_MS, Holder};
 pub use client::{EtcdClient, EtcdError, KeepAliveStream, WatchStream};
+pub use layout::read_layout;
 pub use operator::{lower_mark, read_mark};
 
 use crate::config::EtcdConfig;
@@ -151,6 +157,7 @@ impl EtcdLease {
         Keys {
             claim: self.claim_key.clone(),
             mark: self.mark_key.clone(),
+            prefix: self.config.prefix.clone(),
         }
     }
 }
@@ -280,11 +287,12 @@ fn held_pair(datacenter_id: u64, worker_id: u64, value: &[u8]) -> HeldPair {
         since: short(text("started_at").unwrap_or_default()),
     }
 }
-/// The keys of one pair.
+/// The keys of one pair, and the prefix they are under.
 #[derive(Debug, Clone)]
 struct Keys {
     claim: String,
     mark: String,
+    prefix: String,
 }
 
 impl Keys {
@@ -292,6 +300,7 @@ impl Keys {
         Keys {
             claim: format!("{prefix}/workers/{datacenter_id}/{worker_id}"),
             mark: format!("{prefix}/marks/{datacenter_id}/{worker_id}"),
+            prefix: prefix.to_owned(),
         }
     }
 }

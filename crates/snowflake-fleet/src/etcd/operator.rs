@@ -3,11 +3,13 @@
 //! is still the one read).
 
 use super::client::EtcdClient;
+use super::layout::layout_key;
 use super::txn::{absent, first_kvs, get, mod_revision_is, put, shown};
 use super::{Keys, call_timeout, pb};
 use crate::config::EtcdConfig;
 use crate::connect::Pair;
 use crate::error::FleetError;
+use crate::fleet_layout::check;
 use crate::mark::{LowerMark, Lowering, StoredMark, parse_mark};
 use snowflake_core::{Layout, format_unix_ms};
 use std::time::Duration;
@@ -29,9 +31,10 @@ async fn read_pair(
     timeout: Duration,
     attempts: usize,
 ) -> Result<PairRead, FleetError> {
+    let layout_key = layout_key(&keys.prefix);
     let request = pb::TxnRequest {
         compare: vec![],
-        success: vec![get(&keys.claim), get(&keys.mark)],
+        success: vec![get(&keys.claim), get(&keys.mark), get(&layout_key)],
         failure: vec![],
     };
     let mut last = String::new();
@@ -40,9 +43,13 @@ async fn read_pair(
             Ok(response) => {
                 let mut ranges = first_kvs(response);
                 let (claim, mark) = (ranges.next().flatten(), ranges.next().flatten());
+                // Marks are read and written under the fleet's layout only.
+                if let Some(recorded) = ranges.next().flatten() {
+                    check(&recorded.value, layout, &layout_key)?;
+                }
                 let read = parse_mark(
                     mark.as_ref().map_or(&[][..], |kv| &kv.value),
-                    layout.epoch_ms(),
+                    layout,
                     "lease",
                 )
                 .map_err(|reason| FleetError::UnusableMark {
@@ -145,7 +152,7 @@ pub async fn lower_mark(
         by: lower.by,
         at_ms: lower.now_ms,
     }
-    .json(layout.epoch_ms(), "lease");
+    .json(layout, "lease");
     let request = pb::TxnRequest {
         compare: vec![
             absent(&keys.claim),

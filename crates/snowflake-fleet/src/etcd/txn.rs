@@ -76,3 +76,14 @@ pub(super) fn get(key: &str) -> pb::RequestOp {
         })),
     }
 }
+
+/// Compares that `key`'s value is exactly `value` (false when the key is absent).
+pub(super) fn value_is(key: &str, value: &[u8]) -> pb::Compare {
+    pb::Compare {
+        result: pb::compare::CompareResult::Equal as i32,
+        target: pb::compare::CompareTarget::Value as i32,
+        key: key.as_bytes().to_vec(),
+        range_end: Vec::new(),
+        target_union: Some(pb::compare::TargetUnion::Value(value.to_vec())),
+    }
+}

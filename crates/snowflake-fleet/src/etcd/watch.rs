@@ -1,8 +1,18 @@
 //! The claim key watched: a claim deleted or taken over by hand (`etcdctl del`, even of the
 //! whole prefix) fences the holder at once, not at its next mark write.
+//!
+//! The watch requires a leader (etcd's `hasleader` metadata): a member cut off from the quorum
+//! would otherwise keep the stream open and silent, and a deletion the quorum applied would
+//! never reach it, while the keep-alives renew the lease through another member. Such a
+//! member cancels the watch ("no leader") after a few election timeouts, and refuses to open
+//! one; either fences the node ([`crate::proof`]'s blind state) until a watch is open on a
+//! member with a leader and its first read finds the claim still this node's.
 
 use super::{EtcdLease, RETRY_PAUSE, call_timeout};
 use std::time::Duration;
+
+/// Pause before opening the watch again on the next member after one said it has no leader.
+const NO_LEADER_PAUSE: Duration = Duration::from_millis(100);
 use tokio::sync::watch;
 
 impl EtcdLease {
@@ -45,6 +55,14 @@ impl EtcdLease {
                     failures = 0;
                     claim
                 }
+                Err(err) if err.is_no_leader() => {
+                    // (The client already moved on to the next member.)
+                    self.blind(&err);
+                    tokio::select! {
+                        () = tokio::time::sleep(NO_LEADER_PAUSE) => continue,
+                        _ = stop.wait_for(|s| *s) => return,
+                    }
+                }
                 Err(err) => {
                     failures = failures.saturating_add(1);
                     if failures == 1 {
@@ -58,8 +76,10 @@ impl EtcdLease {
                     }
                 }
             };
-            // Whatever happened before the watch started.
-            self.check_claim(timeout).await;
+            // Whatever happened before the watch started; seen again if it is still ours.
+            if self.check_claim(timeout).await && self.proof.seeing() {
+                tracing::info!(key = %self.claim_key, "the claim is watched again on a member with a leader");
+            }
             // Opened again now and then: a member cut off from the others keeps a stream open
             // and silent.
             let reopen = tokio::time::sleep(Duration::from_secs(ttl_secs.max(1)));
@@ -77,6 +97,11 @@ impl EtcdLease {
                             self.check_claim(timeout).await;
                         }
                     }
+                    Err(err) if err.is_no_leader() => {
+                        self.blind(&err);
+                        self.client.watch_failed(&claim);
+                        break;
+                    }
                     Err(err) => {
                         tracing::debug!(error = %err, key = %self.claim_key, "the watch on the claim key ended");
                         break;
@@ -86,19 +111,33 @@ impl EtcdLease {
         }
     }
 
+    /// The watch's member has no leader: fence until the claim is watched again.
+    fn blind(&self, err: &super::EtcdError) {
+        let reason = format!(
+            "the etcd member {} watching this node's claim has no leader (cut off from the \
+             quorum, or an election is under way), so a deletion of the claim could go unseen; \
+             not issuing ids until the claim is watched on a member with a leader",
+            err.endpoint()
+        );
+        if self.proof.blind(reason.clone()) {
+            tracing::warn!(key = %self.claim_key, %reason, "fenced: the claim cannot be watched");
+        }
+    }
+
     /// Reads the claim key: gone, or attached to another lease, while this node holds the pair
-    /// under the lease it read it for, fences the node at once.
-    async fn check_claim(&self, timeout: Duration) {
+    /// under the lease it read it for, fences the node at once. Whether the read found the
+    /// claim still this node's.
+    async fn check_claim(&self, timeout: Duration) -> bool {
         let lease_id = {
             let state = self.proof.lock();
             if state.lost_reason().is_some() {
-                return;
+                return false;
             }
             state.own.lease_id
         };
         let Ok(kv) = self.client.get_key(&self.claim_key, timeout).await else {
             // Out of reach: the keep-alives say how long the pair is held.
-            return;
+            return false;
         };
         let reason = match kv {
             None => format!("{} was deleted", self.claim_key),
@@ -106,7 +145,7 @@ impl EtcdLease {
                 "{} is attached to lease {:x}, not this node's {lease_id:x}",
                 self.claim_key, kv.lease
             ),
-            Some(_) => return,
+            Some(_) => return true,
         };
         if self
             .proof
@@ -114,5 +153,6 @@ impl EtcdLease {
         {
             tracing::error!(key = %self.claim_key, %reason, "lost the pair: not issuing ids until it is claimed again");
         }
+        false
     }
 }

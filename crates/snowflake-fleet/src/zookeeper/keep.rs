@@ -3,7 +3,8 @@
 //! expiry or a loss the same worker registered again on a new session.
 
 use super::acl::Protection;
-use super::register::{Attempt, HeldBy, Registered, Znodes, try_register};
+use super::layout::ensure_layout;
+use super::register::{Attempt, Checked, HeldBy, Registered, Znodes, try_register};
 use super::session::{
     ZooKeeperError, bounded, call_timeout, close, connect, margin, session_gone, session_hex,
 };
@@ -166,6 +167,7 @@ impl ZooKeeperRegistration {
         let znodes = Znodes {
             node: self.node_path.clone(),
             mark: self.mark_path.clone(),
+            layout: self.config.layout_path(),
         };
         let mut connected: Option<zk::Client> = None;
         let mut waiting_since: Option<Instant> = None;
@@ -181,11 +183,28 @@ impl ZooKeeperRegistration {
                     }
                 },
             };
+            // The fleet's layout, checked again: an operator may have moved the fleet.
+            let record_version =
+                match ensure_layout(&client, &self.config, &self.layout, timeout).await {
+                    Ok(Ok(version)) => version,
+                    Ok(Err(mismatch)) => return Err(FleetError::Layout(mismatch)),
+                    Err(err) => {
+                        tracing::debug!(error = %err, "cannot register again yet");
+                        connected = Some(client);
+                        tokio::time::sleep(RETRY_PAUSE).await;
+                        continue;
+                    }
+                };
+            let checked = Checked {
+                layout: &self.layout,
+                record_version,
+                skip_ahead_of_ms: None,
+            };
             match try_register(
                 &client,
                 &znodes,
                 &self.data,
-                &self.layout,
+                checked,
                 Protection::of(&self.config),
                 timeout,
             )
@@ -240,6 +259,14 @@ impl ZooKeeperRegistration {
                     )));
                 }
                 Ok(Attempt::HeldBy(_)) => {}
+                // (Not asked for: a re-registration takes its worker whatever its mark.)
+                Ok(Attempt::Ahead { .. }) => {}
+                Ok(Attempt::LayoutMoved) => {
+                    // Our znode was created: give it back with this session, and look again.
+                    close(Arc::new(client), timeout).await;
+                    tokio::time::sleep(RETRY_PAUSE).await;
+                    continue;
+                }
                 Ok(Attempt::Unusable { reason, created }) => {
                     if created {
                         close(Arc::new(client), timeout).await;

@@ -7,6 +7,7 @@ use super::acl::Protection;
 use super::session::{ZooKeeperError, bounded, call_timeout, session_gone};
 use crate::error::FleetError;
 use crate::mark::{Mark, mark_json, parse_mark};
+use snowflake_core::Layout;
 use std::sync::Arc;
 use std::time::Duration;
 use zookeeper_client as zk;
@@ -16,13 +17,13 @@ const WRITE_ATTEMPTS: usize = 3;
 
 /// The mark `data` (already read as usable) with `session` as its writer: what a registrant
 /// writes to claim it. Everything else (an operator's `lowered` record too) stays.
-pub(super) fn claimed_mark(data: &[u8], epoch_ms: u64, session: &str) -> String {
+pub(super) fn claimed_mark(data: &[u8], layout: &Layout, session: &str) -> String {
     match serde_json::from_slice::<serde_json::Value>(data) {
         Ok(mut value @ serde_json::Value::Object(_)) => {
             value["session"] = serde_json::Value::String(session.to_owned());
             value.to_string()
         }
-        _ => mark_json(0, epoch_ms, "session", session),
+        _ => mark_json(0, layout, "session", session),
     }
 }
 
@@ -74,7 +75,7 @@ impl ZooKeeperRegistration {
         // another holder's.
         let mark_ms = mark_ms.max(floor_ms);
         let limit = call_timeout(session_timeout);
-        let value = mark_json(mark_ms, self.layout.epoch_ms(), "session", &session);
+        let value = mark_json(mark_ms, &self.layout, "session", &session);
         for _ in 0..WRITE_ATTEMPTS {
             // Only while our znode exists, and only if nobody wrote the mark since our last
             // write: a registrant claims it with a compare-and-set before it issues anything.
@@ -105,7 +106,7 @@ impl ZooKeeperRegistration {
                     // Somebody wrote the mark since our last write: our own write whose answer
                     // was lost, or another node that registered the worker.
                     let (data, stat) = bounded(limit, client.get_data(&self.mark_path)).await?;
-                    let stored = parse_mark(&data, self.layout.epoch_ms(), "session");
+                    let stored = parse_mark(&data, &self.layout, "session");
                     match stored {
                         Ok(Mark {
                             high_water_ms: stored_ms,

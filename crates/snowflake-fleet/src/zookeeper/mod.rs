@@ -57,6 +57,7 @@
 
 mod acl;
 mod keep;
+mod layout;
 mod mark;
 mod operator;
 mod peers;
@@ -64,7 +65,7 @@ mod register;
 mod session;
 mod version;
 
-pub use operator::{lower_mark, read_mark};
+pub use operator::{lower_mark, read_layout, read_mark};
 pub use register::RegisterError;
 pub use session::ZooKeeperError;
 

@@ -2,10 +2,12 @@
 //! `snowflake state lower-mark`, which holds the worker's registration itself while it writes.
 
 use super::acl::Protection;
+use super::layout::stored_layout;
 use super::register::Znodes;
 use super::session::{ZooKeeperError, bounded, call_timeout, close, connect};
 use crate::config::ZooKeeperConfig;
 use crate::error::FleetError;
+use crate::fleet_layout::check;
 use crate::mark::{LowerMark, Lowering, StoredMark, parse_mark};
 use snowflake_core::{Layout, format_unix_ms};
 use std::sync::Arc;
@@ -50,6 +52,38 @@ async fn holder_of(
     }
 }
 
+/// The fleet's layout record, when there is one, must be `layout`: an operator tool reads and
+/// writes marks under the fleet's layout only.
+async fn check_recorded_layout(
+    client: &zk::Client,
+    config: &ZooKeeperConfig,
+    layout: &Layout,
+    layout_path: &str,
+    timeout: Duration,
+) -> Result<(), FleetError> {
+    match stored_layout(client, config, timeout).await {
+        Ok(Some(stored)) => Ok(check(&stored, layout, layout_path)?),
+        Ok(None) => Ok(()),
+        Err(err) => Err(FleetError::Unavailable(format!(
+            "cannot read {layout_path}: {err}"
+        ))),
+    }
+}
+
+/// The fleet's layout record as stored under `config`'s path (`None` when no node recorded one
+/// yet), for `snowflake state show`.
+pub async fn read_layout(config: &ZooKeeperConfig) -> Result<Option<Vec<u8>>, FleetError> {
+    let client = operator_session(config).await?;
+    let timeout = call_timeout(config.session_timeout);
+    let result = stored_layout(&client, config, timeout)
+        .await
+        .map_err(|err| {
+            FleetError::Unavailable(format!("cannot read {}: {err}", config.layout_path()))
+        });
+    close(Arc::new(client), timeout).await;
+    result
+}
+
 /// A mark znode as an operator tool reads it.
 #[derive(Debug)]
 struct MarkRead {
@@ -75,12 +109,10 @@ async fn stored_mark(
             )));
         }
     };
-    let mark = parse_mark(&data, layout.epoch_ms(), "session").map_err(|reason| {
-        FleetError::UnusableMark {
-            context: format!("the mark at {mark_path} cannot be read"),
-            source: reason,
-            consequence: "",
-        }
+    let mark = parse_mark(&data, layout, "session").map_err(|reason| FleetError::UnusableMark {
+        context: format!("the mark at {mark_path} cannot be read"),
+        source: reason,
+        consequence: "",
     })?;
     Ok(MarkRead {
         stored: StoredMark {
@@ -105,8 +137,10 @@ pub async fn read_mark(
     let Znodes {
         node: node_path,
         mark: mark_path,
+        layout: layout_path,
     } = Znodes::new(config, worker_id);
     let result = async {
+        check_recorded_layout(&client, config, layout, &layout_path, timeout).await?;
         let mut mark = stored_mark(&client, &mark_path, layout, timeout)
             .await?
             .stored;
@@ -136,6 +170,7 @@ pub async fn lower_mark(
     let Znodes {
         node: node_path,
         mark: mark_path,
+        layout: layout_path,
     } = Znodes::new(config, worker_id);
     let result = async {
         match bounded(
@@ -171,6 +206,7 @@ pub async fn lower_mark(
                 )));
             }
         }
+        check_recorded_layout(&client, config, layout, &layout_path, timeout).await?;
         let MarkRead {
             stored: previous,
             version,
@@ -194,7 +230,7 @@ pub async fn lower_mark(
             by: lower.by,
             at_ms: lower.now_ms,
         }
-        .json(layout.epoch_ms(), "session");
+        .json(layout, "session");
         let mut multi = client
             .new_check_writer(&node_path, None)
             .map_err(ZooKeeperError::Zk)?;

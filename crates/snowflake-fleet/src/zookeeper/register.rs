@@ -3,6 +3,7 @@
 //! mark before anything is issued (see the module doc of [`super`]).
 
 use super::acl::{Protection, tighten_acls};
+use super::layout::ensure_layout;
 use super::mark::{claimed_mark, read_mark_znode};
 use super::peers::check_peers;
 use super::session::{
@@ -12,9 +13,11 @@ use super::version::check_server_version;
 use super::{RETRY_PAUSE, Session, ZooKeeperRegistration};
 use crate::config::ZooKeeperConfig;
 use crate::error::FleetError;
+use crate::etcd::far_ahead;
+use crate::fleet_layout::LayoutMismatch;
 use crate::mark::{Mark, MarkError, usable_mark};
 use crate::proof::Proof;
-use snowflake_core::{Clock, Layout};
+use snowflake_core::{Clock, Layout, format_unix_ms};
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
@@ -65,6 +68,9 @@ pub enum RegisterError {
         /// How many of them are free but were skipped because their mark cannot be used.
         unusable: u64,
     },
+    /// The fleet records another layout (or one that cannot be read).
+    #[error(transparent)]
+    Layout(#[from] LayoutMismatch),
     /// A peer failed the 2010 sanity checks.
     #[error("peer check failed: {0}")]
     Peer(String),
@@ -99,13 +105,15 @@ fn full_message(count: u64, path: &str, unusable: u64) -> String {
         )
     }
 }
-/// A worker's two znodes.
+/// A worker's two znodes, and the fleet's layout record.
 #[derive(Debug, Clone)]
 pub(super) struct Znodes {
     /// `PATH/W`: the ephemeral registration.
     pub(super) node: String,
     /// `PATH-marks/W`: the persistent mark.
     pub(super) mark: String,
+    /// `PATH-layout`: the fleet's layout, checked by the registration.
+    pub(super) layout: String,
 }
 
 impl Znodes {
@@ -114,6 +122,7 @@ impl Znodes {
         Znodes {
             node: format!("{}/{worker_id}", config.path),
             mark: format!("{}/{worker_id}", config.marks_path()),
+            layout: config.layout_path(),
         }
     }
 }
@@ -127,6 +136,12 @@ pub(super) enum Attempt {
     /// Its mark cannot be used. `created`: our znode was created before that was found out,
     /// so the worker must be given back by closing this session.
     Unusable { reason: MarkError, created: bool },
+    /// The fleet's layout record changed since it was checked (our znode was created: give the
+    /// worker back by closing this session, and check the record again).
+    LayoutMoved,
+    /// Its mark is far ahead of the clock (nothing was created): another free worker serves at
+    /// once.
+    Ahead { mark_ms: u64 },
 }
 
 /// A worker registered by one attempt.
@@ -175,6 +190,19 @@ struct HeldWorker {
     path: String,
 }
 
+/// The layout a registration claims under: the node's, and the version of the fleet's record
+/// of it as checked (the claim's multi-operation checks it).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Checked<'a> {
+    /// The node's layout (the fleet's).
+    pub(super) layout: &'a Layout,
+    /// The version of `PATH-layout` when it was read and found to be the node's.
+    pub(super) record_version: i32,
+    /// An unpinned registration passes over a worker whose mark is far ahead of this clock
+    /// reading (Unix ms); `None`: it takes it.
+    pub(super) skip_ahead_of_ms: Option<u64>,
+}
+
 /// One registration attempt: reads the mark first (a worker whose mark cannot be used is not
 /// taken), creates `PATH/W` (ephemeral, with our address), claims the mark with a
 /// compare-and-set (see the module doc), and watches our znode. The error is ZooKeeper's.
@@ -182,16 +210,29 @@ pub(super) async fn try_register(
     client: &zk::Client,
     znodes: &Znodes,
     data: &str,
-    layout: &Layout,
+    checked: Checked<'_>,
     protection: Protection,
     timeout: Duration,
 ) -> Result<Attempt, FleetError> {
+    let layout = checked.layout;
     let (mark, _) = read_mark_znode(client, &znodes.mark, protection, timeout).await?;
-    if let Err(reason) = usable_mark(&mark, layout, "session") {
-        return Ok(Attempt::Unusable {
-            reason,
-            created: false,
-        });
+    match usable_mark(&mark, layout, "session") {
+        Err(reason) => {
+            return Ok(Attempt::Unusable {
+                reason,
+                created: false,
+            });
+        }
+        Ok(Mark { high_water_ms, .. })
+            if checked
+                .skip_ahead_of_ms
+                .is_some_and(|now_ms| far_ahead(high_water_ms, now_ms)) =>
+        {
+            return Ok(Attempt::Ahead {
+                mark_ms: high_water_ms,
+            });
+        }
+        Ok(_) => {}
     }
     let session = session_hex(client);
     let czxid = match bounded(
@@ -205,7 +246,7 @@ pub(super) async fn try_register(
             return match bounded(timeout, client.get_data(&znodes.node)).await {
                 // Our own earlier attempt landed although its answer was lost.
                 Ok((_, stat)) if format!("{:x}", stat.ephemeral_owner) == session => {
-                    claim_mark(client, znodes, layout, protection, stat.czxid, timeout).await
+                    claim_mark(client, znodes, checked, protection, stat.czxid, timeout).await
                 }
                 Ok((holder, stat)) => Ok(Attempt::HeldBy(HeldBy {
                     holder: String::from_utf8_lossy(&holder).chars().take(200).collect(),
@@ -220,16 +261,17 @@ pub(super) async fn try_register(
         }
         Err(err) => return Err(err.into()),
     };
-    claim_mark(client, znodes, layout, protection, czxid, timeout).await
+    claim_mark(client, znodes, checked, protection, czxid, timeout).await
 }
 
 /// With our znode (created at `czxid`) in place: rewrites the mark with our session as
 /// writer, compare-and-set on the version read (read again when another write got in
-/// between), checks the mark again, then watches our znode and checks it is still ours.
+/// between) and only while the fleet's layout record is at the version checked, checks the
+/// mark again, then watches our znode and checks it is still ours.
 async fn claim_mark(
     client: &zk::Client,
     znodes: &Znodes,
-    layout: &Layout,
+    checked: Checked<'_>,
     protection: Protection,
     czxid: i64,
     timeout: Duration,
@@ -237,7 +279,9 @@ async fn claim_mark(
     let Znodes {
         node: node_path,
         mark: mark_path,
+        layout: layout_path,
     } = znodes;
+    let layout = checked.layout;
     let session = session_hex(client);
     for _ in 0..CLAIM_ATTEMPTS {
         let (data, version) = read_mark_znode(client, mark_path, protection, timeout).await?;
@@ -253,19 +297,30 @@ async fn claim_mark(
                 });
             }
         };
-        let value = claimed_mark(&data, layout.epoch_ms(), &session);
+        let value = claimed_mark(&data, layout, &session);
         let mut multi = client
             .new_check_writer(node_path, None)
+            .map_err(ZooKeeperError::Zk)?;
+        multi
+            .add_check_version(layout_path, checked.record_version)
             .map_err(ZooKeeperError::Zk)?;
         multi
             .add_set_data(mark_path, value.as_bytes(), Some(version))
             .map_err(ZooKeeperError::Zk)?;
         let sent = Instant::now();
         let mark_version = match tokio::time::timeout(timeout, multi.commit()).await {
-            Ok(Ok(results)) => match results.first() {
-                Some(zk::MultiWriteResult::SetData { stat }) => stat.version,
-                _ => version + 1,
-            },
+            Ok(Ok(results)) => results
+                .iter()
+                .find_map(|result| match result {
+                    zk::MultiWriteResult::SetData { stat } => Some(stat.version),
+                    _ => None,
+                })
+                .unwrap_or(version + 1),
+            // The layout record (the first operation after our znode's check) changed.
+            Ok(Err(zk::CheckWriteError::OperationFailed {
+                index: 0,
+                source: zk::Error::BadVersion | zk::Error::NoNode,
+            })) => return Ok(Attempt::LayoutMoved),
             Ok(Err(zk::CheckWriteError::OperationFailed {
                 source: zk::Error::BadVersion,
                 ..
@@ -342,7 +397,27 @@ impl ZooKeeperRegistration {
         check_server_version(config).await;
         check_peers(&client, config, datacenter_id, clock, timeout).await?;
         let mut last_error = String::new();
+        // Workers whose mark is far ahead of the clock, passed over while another is free;
+        // taken after all (`take_ahead`) when none is.
+        let mut ahead: Vec<u64> = Vec::new();
+        let mut take_ahead = false;
         loop {
+            // The fleet's layout: recorded by the first registrant, ours or a refusal; every
+            // registration below checks its version.
+            let record_version = match ensure_layout(&client, config, layout, timeout).await {
+                Ok(checked) => checked?,
+                Err(err) if Instant::now() < deadline => {
+                    last_error = err.to_string();
+                    tokio::time::sleep(RETRY_PAUSE).await;
+                    continue;
+                }
+                Err(err) => return Err(unreachable(err.to_string())),
+            };
+            let checked = Checked {
+                layout,
+                record_version,
+                skip_ahead_of_ms: (worker_id.is_none() && !take_ahead).then(|| clock.now_ms()),
+            };
             let candidates: Vec<u64> = match worker_id {
                 Some(w) => vec![w],
                 None => {
@@ -351,7 +426,7 @@ impl ZooKeeperRegistration {
                         .map_err(|e| unreachable(e.to_string()))?;
                     let held: Vec<u64> = children.iter().filter_map(|c| c.parse().ok()).collect();
                     (0..=layout.max_worker_id())
-                        .filter(|w| !held.contains(w))
+                        .filter(|w| !held.contains(w) && (take_ahead || !ahead.contains(w)))
                         .collect()
                 }
             };
@@ -364,7 +439,7 @@ impl ZooKeeperRegistration {
                     &client,
                     &znodes,
                     &data,
-                    layout,
+                    checked,
                     Protection::of(config),
                     timeout,
                 )
@@ -381,10 +456,11 @@ impl ZooKeeperRegistration {
                         let Znodes {
                             node: node_path,
                             mark: mark_path,
+                            layout: layout_path,
                         } = znodes;
                         tighten_acls(
                             &client,
-                            &[&config.path, &config.marks_path(), &mark_path],
+                            &[&config.path, &config.marks_path(), &layout_path, &mark_path],
                             config,
                             timeout,
                         )
@@ -421,6 +497,10 @@ impl ZooKeeperRegistration {
                                 },
                                 until,
                                 floor_ms,
+                            )
+                            .with_skipped_ahead(
+                                u64::try_from(ahead.iter().filter(|a| **a != w).count())
+                                    .unwrap_or(u64::MAX),
                             ),
                             released: AtomicBool::new(false),
                         });
@@ -431,6 +511,28 @@ impl ZooKeeperRegistration {
                             held,
                             path: znodes.node,
                         });
+                    }
+                    Ok(Attempt::Ahead { mark_ms }) => {
+                        tracing::warn!(
+                            worker_id = w,
+                            mark = %znodes.mark,
+                            mark_ms,
+                            time = %format_unix_ms(mark_ms),
+                            "skipping a free worker whose high-water mark is far ahead of the \
+                             clock (its holder would wait until the clock passes it)"
+                        );
+                        ahead.push(w);
+                    }
+                    Ok(Attempt::LayoutMoved) => {
+                        // Give the worker back (as for an unusable mark), then check the
+                        // record again on the next round.
+                        close(Arc::new(client), timeout).await;
+                        client = connect(config, connect_timeout)
+                            .await
+                            .map_err(unreachable)?;
+                        failed = true;
+                        last_error = format!("{} changed while registering", config.layout_path());
+                        break;
                     }
                     Ok(Attempt::Unusable { reason, created }) => {
                         if created {
@@ -456,6 +558,16 @@ impl ZooKeeperRegistration {
                         last_error = err.to_string();
                     }
                 }
+            }
+            if worker_id.is_none()
+                && held_by.is_none()
+                && !failed
+                && !ahead.is_empty()
+                && !take_ahead
+            {
+                // Only workers whose mark is far ahead are free: take one after all.
+                take_ahead = true;
+                continue;
             }
             if worker_id.is_none() && held_by.is_none() && !failed {
                 // Every free worker was skipped (or there is none).

@@ -1,0 +1,71 @@
+//! The fleet's layout in etcd: `PREFIX/layout`, created by a create-if-absent transaction by
+//! the first node to claim, read and checked by every other, and compared (as bytes) in every
+//! claim transaction (see `crate::fleet_layout`).
+
+use super::client::{EtcdClient, EtcdError};
+use super::txn::{absent, first_kvs, get, put};
+use super::{call_timeout, pb};
+use crate::config::EtcdConfig;
+use crate::error::FleetError;
+use crate::fleet_layout::{LayoutMismatch, check, record_json};
+use snowflake_core::Layout;
+use std::time::Duration;
+
+/// The key of the fleet's layout under `prefix`.
+pub(super) fn layout_key(prefix: &str) -> String {
+    format!("{prefix}/layout")
+}
+
+/// Records `layout` as the fleet's if none is recorded yet, else checks the recorded one: the
+/// stored bytes (for the claim's compare) when it is ours, why not when it is not. The outer
+/// error is etcd's (the caller retries).
+pub(super) async fn ensure_layout(
+    client: &EtcdClient,
+    prefix: &str,
+    layout: &Layout,
+    timeout: Duration,
+) -> Result<Result<Vec<u8>, LayoutMismatch>, EtcdError> {
+    let key = layout_key(prefix);
+    let ours = record_json(layout);
+    let request = pb::TxnRequest {
+        compare: vec![absent(&key)],
+        success: vec![put(&key, ours.clone(), 0)],
+        failure: vec![get(&key)],
+    };
+    let response = client.txn(request, timeout).await?;
+    if response.succeeded {
+        tracing::info!(key = %key, layout = %layout, "recorded the fleet's layout in etcd");
+        return Ok(Ok(ours.into_bytes()));
+    }
+    match first_kvs(response).next().flatten() {
+        Some(kv) => Ok(check(&kv.value, layout, &key).map(|()| kv.value)),
+        // The compare saw it and the same transaction read it: this cannot happen; retry.
+        None => Err(EtcdError::Call {
+            endpoint: "(transaction)".into(),
+            message: format!("{key} was present and then absent in one transaction"),
+        }),
+    }
+}
+
+/// The fleet's layout record as stored (`None` when no node recorded one yet), for
+/// `snowflake state show`.
+pub async fn read_layout(config: &EtcdConfig) -> Result<Option<Vec<u8>>, FleetError> {
+    let timeout = call_timeout(config.lease_ttl_secs);
+    let client = EtcdClient::new(
+        &config.endpoints,
+        config.tls.as_ref(),
+        config.auth.as_ref(),
+        timeout,
+    )?;
+    let key = layout_key(&config.prefix);
+    let mut last = String::new();
+    for _ in 0..config.endpoints.len().max(1) {
+        match client.get_key(&key, timeout).await {
+            Ok(kv) => return Ok(kv.map(|kv| kv.value)),
+            Err(err) => last = err.to_string(),
+        }
+    }
+    Err(FleetError::Unavailable(format!(
+        "cannot read {key} from etcd: {last}"
+    )))
+}
