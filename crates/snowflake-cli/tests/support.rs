@@ -34,6 +34,8 @@ pub struct Serve {
     /// A command the binary runs under (its path and arguments follow the wrapper's), which
     /// must `exec` it, so that signals reach the binary itself.
     wrapper: Vec<OsString>,
+    /// Another `snowflake` binary to run instead of this build's (the previous release).
+    program: Option<PathBuf>,
 }
 
 impl Serve {
@@ -53,6 +55,7 @@ impl Serve {
             args: vec!["serve".into()],
             envs: Vec::new(),
             wrapper: Vec::new(),
+            program: None,
         }
         .env("SNOWFLAKE_GRPC_ADDR", "127.0.0.1:0")
         .env("SNOWFLAKE_THRIFT_ADDR", "127.0.0.1:0")
@@ -99,12 +102,20 @@ impl Serve {
         self
     }
 
+    /// Runs `program` (another `snowflake` binary: the previous release) instead of this
+    /// build's.
+    pub fn program(mut self, program: &Path) -> Serve {
+        self.program = Some(program.to_owned());
+        self
+    }
+
     fn command(&self) -> Command {
+        let binary = self.program.clone().unwrap_or_else(binary);
         let mut cmd = match self.wrapper.split_first() {
-            None => Command::new(binary()),
+            None => Command::new(binary),
             Some((program, args)) => {
                 let mut cmd = Command::new(program);
-                cmd.args(args).arg(binary());
+                cmd.args(args).arg(binary);
                 cmd
             }
         };

@@ -79,6 +79,32 @@ pub(crate) fn check(stored: &[u8], layout: &Layout, location: &str) -> Result<()
     Ok(())
 }
 
+/// Before a fleet's layout is first recorded, the marks already in it (an older release's, which
+/// record their epoch only) must be of `layout`: the first of another (`location`, its data)
+/// is the refusal. So the first node of a new release cannot record js-safe over a fleet of
+/// Twitter's IDs.
+pub(crate) fn check_marks<'a>(
+    marks: impl IntoIterator<Item = (String, &'a [u8])>,
+    layout: &Layout,
+) -> Result<(), LayoutMismatch> {
+    let ours = LayoutRecord::from(layout);
+    for (location, data) in marks {
+        let Some(theirs) = crate::mark::recorded_layout(data) else {
+            continue;
+        };
+        if theirs.bits() != ours.bits() || theirs.epoch_ms != ours.epoch_ms {
+            return Err(LayoutMismatch::Other {
+                location,
+                theirs: crate::mark::describe(&theirs),
+                theirs_name: theirs.name.clone(),
+                theirs_epoch_ms: theirs.epoch_ms,
+                ours: crate::mark::describe(&ours),
+            });
+        }
+    }
+    Ok(())
+}
+
 /// The stored record as `snowflake state show` prints it: the layout, or why it cannot be read.
 pub fn read_record(stored: &[u8]) -> Result<LayoutRecord, String> {
     let record: LayoutRecord = serde_json::from_slice(stored).map_err(|e| e.to_string())?;
@@ -90,7 +116,7 @@ pub fn read_record(stored: &[u8]) -> Result<LayoutRecord, String> {
 
 #[cfg(test)]
 mod tests {
-    use super::{LayoutMismatch, check, read_record, record_json};
+    use super::{LayoutMismatch, check, check_marks, read_record, record_json};
     use snowflake_core::{Layout, LayoutRecord};
 
     #[test]
@@ -133,6 +159,24 @@ mod tests {
                 }
             ),
             "{err:?}"
+        );
+        // Before the first record: the marks an older release left decide.
+        let old = br#"{"high_water_ms":1700000000000,"epoch_ms":1288834974657,"lease":"7f"}"#;
+        let marks = || {
+            vec![
+                ("/p/marks/0/1".to_owned(), &b""[..]),
+                ("/p/marks/0/2".to_owned(), &b"garbage"[..]),
+                ("/p/marks/0/3".to_owned(), &old[..]),
+            ]
+        };
+        assert_eq!(check_marks(marks(), &Layout::TWITTER), Ok(()));
+        let err = check_marks(marks(), &Layout::JS_SAFE).unwrap_err();
+        assert!(
+            err.to_string().starts_with(
+                "the fleet runs the layout twitter (epoch 1288834974657) (recorded at \
+                 /p/marks/0/3), and this node was started with js-safe"
+            ),
+            "{err}"
         );
         for bad in [&b"garbage"[..], br#"{"name":"js-safe"}"#] {
             let err = check(bad, &Layout::JS_SAFE, "/p/layout").unwrap_err();

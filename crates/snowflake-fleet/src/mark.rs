@@ -188,6 +188,14 @@ fn written_layout(
     }
 }
 
+/// The layout a stored mark says it was written under, if it says (for recording a fleet's
+/// layout from the marks an older release left): `None` for an empty, unreadable or
+/// layout-less mark, which the claim of its pair refuses anyway.
+pub(crate) fn recorded_layout(data: &[u8]) -> Option<LayoutRecord> {
+    let value: serde_json::Value = serde_json::from_slice(data).ok()?;
+    written_layout(&value, 0, String::new()).ok()
+}
+
 /// A layout in a message: its name and epoch.
 pub(crate) fn describe(record: &LayoutRecord) -> String {
     format!("{} (epoch {})", record.name, record.epoch_ms)

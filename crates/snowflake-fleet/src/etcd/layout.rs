@@ -7,7 +7,7 @@ use super::txn::{absent, first_kvs, get, put};
 use super::{call_timeout, pb};
 use crate::config::EtcdConfig;
 use crate::error::FleetError;
-use crate::fleet_layout::{LayoutMismatch, check, record_json};
+use crate::fleet_layout::{LayoutMismatch, check, check_marks, record_json};
 use snowflake_core::Layout;
 use std::time::Duration;
 
@@ -16,9 +16,10 @@ pub(super) fn layout_key(prefix: &str) -> String {
     format!("{prefix}/layout")
 }
 
-/// Records `layout` as the fleet's if none is recorded yet, else checks the recorded one: the
-/// stored bytes (for the claim's compare) when it is ours, why not when it is not. The outer
-/// error is etcd's (the caller retries).
+/// Records `layout` as the fleet's if none is recorded yet (and the marks already there, an
+/// older release's, are of it), else checks the recorded one: the stored bytes (for the
+/// claim's compare) when it is ours, why not when it is not. The outer error is etcd's (the
+/// caller retries).
 pub(super) async fn ensure_layout(
     client: &EtcdClient,
     prefix: &str,
@@ -27,6 +28,21 @@ pub(super) async fn ensure_layout(
 ) -> Result<Result<Vec<u8>, LayoutMismatch>, EtcdError> {
     let key = layout_key(prefix);
     let ours = record_json(layout);
+    if let Some(kv) = client.get_key(&key, timeout).await? {
+        return Ok(check(&kv.value, layout, &key).map(|()| kv.value));
+    }
+    // None yet: the marks of an older release (epoch only) say what the fleet runs.
+    let marks = client
+        .range_prefix(&format!("{prefix}/marks/"), timeout)
+        .await?;
+    if let Err(mismatch) = check_marks(
+        marks
+            .iter()
+            .map(|kv| (String::from_utf8_lossy(&kv.key).into_owned(), &kv.value[..])),
+        layout,
+    ) {
+        return Ok(Err(mismatch));
+    }
     let request = pb::TxnRequest {
         compare: vec![absent(&key)],
         success: vec![put(&key, ours.clone(), 0)],

@@ -8,14 +8,15 @@
 use super::acl::Protection;
 use super::session::{ZooKeeperError, bounded};
 use crate::config::ZooKeeperConfig;
-use crate::fleet_layout::{LayoutMismatch, check, record_json};
+use crate::fleet_layout::{LayoutMismatch, check, check_marks, record_json};
 use snowflake_core::Layout;
 use std::time::Duration;
 use zookeeper_client as zk;
 
-/// Records `layout` as the fleet's if none is recorded yet, else checks the recorded one: the
-/// record's version (for the registration's check) when it is ours, why not when it is not.
-/// The outer error is ZooKeeper's (the caller retries).
+/// Records `layout` as the fleet's if none is recorded yet (and the marks already there, an
+/// older release's, are of it), else checks the recorded one: the record's version (for the
+/// registration's check) when it is ours, why not when it is not. The outer error is
+/// ZooKeeper's (the caller retries).
 pub(super) async fn ensure_layout(
     client: &zk::Client,
     config: &ZooKeeperConfig,
@@ -24,6 +25,25 @@ pub(super) async fn ensure_layout(
 ) -> Result<Result<i32, LayoutMismatch>, ZooKeeperError> {
     let path = config.layout_path();
     let ours = record_json(layout);
+    match bounded(timeout, client.get_data(&path)).await {
+        Ok((data, stat)) => return Ok(check(&data, layout, &path).map(|()| stat.version)),
+        Err(ZooKeeperError::Zk(zk::Error::NoNode)) => {}
+        Err(err) => return Err(err),
+    }
+    // None yet: the marks of an older release (epoch only) say what the fleet runs.
+    let marks_path = config.marks_path();
+    let mut marks = Vec::new();
+    for worker in bounded(timeout, client.list_children(&marks_path)).await? {
+        let znode = format!("{marks_path}/{worker}");
+        match bounded(timeout, client.get_data(&znode)).await {
+            Ok((data, _)) => marks.push((znode, data)),
+            Err(ZooKeeperError::Zk(zk::Error::NoNode)) => {}
+            Err(err) => return Err(err),
+        }
+    }
+    if let Err(mismatch) = check_marks(marks.iter().map(|(z, d)| (z.clone(), &d[..])), layout) {
+        return Ok(Err(mismatch));
+    }
     match bounded(
         timeout,
         client.create(&path, ours.as_bytes(), &Protection::of(config).persistent()),
