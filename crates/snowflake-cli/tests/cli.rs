@@ -500,9 +500,10 @@ fn range_prints_the_ids_of_a_time_window() {
 }
 
 #[test]
-fn serve_runs_twitter_only_for_now() {
+fn serve_refuses_a_bad_layout_before_binding() {
+    // (Before layouts were recorded, serve refused every layout but twitter here.)
     let output = snowflake()
-        .env("SNOWFLAKE_LAYOUT", "js-safe")
+        .env("SNOWFLAKE_LAYOUT", "custom:41,5,5,13")
         .args(["serve", "--http-addr", "127.0.0.1:0"])
         .output()
         .unwrap();
@@ -511,7 +512,8 @@ fn serve_runs_twitter_only_for_now() {
     let stderr = String::from_utf8(output.stderr).unwrap();
     assert!(
         stderr.starts_with(
-            "error: --layout (or SNOWFLAKE_LAYOUT) js-safe: serve runs the twitter layout only"
+            "error: invalid --layout (or SNOWFLAKE_LAYOUT): invalid layout custom:41,5,5,13: the \
+             widths must sum to at most 63"
         ),
         "{stderr}"
     );

@@ -143,6 +143,14 @@ fn claimants_skip_workers_whose_mark_cannot_be_used_and_a_pinned_one_refuses() {
     let started = Instant::now();
     let zk = ZooKeeper::start();
     parents(&zk);
+    // A path of this release records its layout: the marks below are per-pair trouble then
+    // (without the record, the other epoch's mark would stop the first registrant from
+    // recording Twitter's layout at all: `layouts_fleet`).
+    zk.create(
+        &format!("{PATH}-layout"),
+        r#"{"name":"twitter","timestamp_bits":41,"datacenter_bits":5,"worker_bits":5,"sequence_bits":12,"epoch_ms":1288834974657,"max_id":"9223372036854775807"}"#,
+        false,
+    );
     zk.create(&format!("{MARKS}/0"), "garbage", false);
     zk.create(
         &format!("{MARKS}/1"),

@@ -1101,3 +1101,77 @@ fn resp_limits_are_settings_with_ranges() {
     });
     assert!(got.contains("invalid --resp-addr"), "{got}");
 }
+
+#[test]
+fn the_layout_from_the_flag_or_the_file_sets_the_ranges_and_the_default_batch() {
+    use snowflake_core::Layout;
+    let resolve = |args: &ServeArgs, epoch: Option<&str>, layout: Option<&str>| {
+        Config::resolve_with_layout(args, epoch, layout)
+    };
+    let defaults = resolve(&ServeArgs::default(), None, None).unwrap();
+    assert_eq!(defaults.layout, Layout::TWITTER);
+    assert_eq!(defaults.max_batch, 100_000);
+
+    // --layout (or SNOWFLAKE_LAYOUT): js-safe's ranges, and a default batch of 250 ms of its
+    // rate (64,000 IDs/s).
+    let js = resolve(&ServeArgs::default(), None, Some("js-safe")).unwrap();
+    assert_eq!(js.layout, Layout::JS_SAFE);
+    assert_eq!(js.max_batch, 16_000);
+    let given = ServeArgs {
+        max_batch: Some("50000".into()),
+        ..ServeArgs::default()
+    };
+    assert_eq!(
+        resolve(&given, None, Some("js-safe")).unwrap().max_batch,
+        50_000,
+        "a given one stands"
+    );
+    let worker = ServeArgs {
+        worker_id: Some("16".into()),
+        ..ServeArgs::default()
+    };
+    let got = resolve(&worker, None, Some("js-safe"))
+        .unwrap_err()
+        .to_string();
+    assert!(got.contains("expected 0..=15, found 16"), "{got}");
+    // With --epoch-ms.
+    let later = resolve(
+        &ServeArgs::default(),
+        Some("1600000000000"),
+        Some("js-safe"),
+    )
+    .unwrap();
+    assert_eq!(later.layout.epoch_ms(), 1_600_000_000_000);
+    assert_eq!(later.layout.bits(), Layout::JS_SAFE.bits());
+
+    // The config file's `layout` key; a flag overrides it.
+    let toml = file("layout = \"js-safe\"\n");
+    let args = ServeArgs {
+        config: Some(toml.path().to_owned()),
+        ..ServeArgs::default()
+    };
+    assert_eq!(resolve(&args, None, None).unwrap().layout, Layout::JS_SAFE);
+    assert_eq!(
+        resolve(&args, None, Some("twitter")).unwrap().layout,
+        Layout::TWITTER
+    );
+    let toml = file("layout = \"custom:29,5,5,12\"\n");
+    let args = ServeArgs {
+        config: Some(toml.path().to_owned()),
+        ..ServeArgs::default()
+    };
+    let got = resolve(&args, None, None).unwrap_err().to_string();
+    assert!(
+        got.starts_with("invalid layout in ") && got.contains("needs at least 30 bits"),
+        "{got}"
+    );
+    // A layout whose last millisecond has passed, with the epoch given: both named.
+    let got = resolve(&ServeArgs::default(), Some("1"), Some("custom:30,5,5,12"))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        got.contains("--layout (or SNOWFLAKE_LAYOUT) and --epoch-ms (or SNOWFLAKE_EPOCH_MS)")
+            && got.contains("ran out"),
+        "{got}"
+    );
+}
