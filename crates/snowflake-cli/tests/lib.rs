@@ -11,6 +11,7 @@ mod etcd_cluster;
 mod etcd_mark;
 mod etcd_secure;
 mod fleet;
+mod fleet_edges;
 mod kubernetes;
 mod layouts_fleet;
 mod listen;

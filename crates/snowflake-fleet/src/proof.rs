@@ -47,6 +47,11 @@ impl<T> Proven<T> {
     pub(crate) fn lost_reason(&self) -> Option<&str> {
         self.lost_reason.as_deref()
     }
+
+    /// Whether the coordinator cannot see changes to its claim right now.
+    pub(crate) fn is_blind(&self) -> bool {
+        self.blind_reason.is_some()
+    }
 }
 
 /// What a failed renewal changed.

@@ -4,9 +4,11 @@
 //! The watch requires a leader (etcd's `hasleader` metadata): a member cut off from the quorum
 //! would otherwise keep the stream open and silent, and a deletion the quorum applied would
 //! never reach it, while the keep-alives renew the lease through another member. Such a
-//! member cancels the watch ("no leader") after a few election timeouts, and refuses to open
-//! one; either fences the node ([`crate::proof`]'s blind state) until a watch is open on a
-//! member with a leader and its first read finds the claim still this node's.
+//! member cancels the watch ("no leader") once it has had no leader for a few election
+//! timeouts: the stream may have been silent while the quorum moved on, so that fences the node
+//! (the proof's blind state) until a watch is open on a member with a leader and its first
+//! read finds the claim still this node's. A member that refuses to open a watch for want of
+//! a leader (an election under way) has missed nothing: the next member is tried.
 
 use super::{EtcdLease, RETRY_PAUSE, call_timeout};
 use std::time::Duration;
@@ -56,8 +58,11 @@ impl EtcdLease {
                     claim
                 }
                 Err(err) if err.is_no_leader() => {
-                    // (The client already moved on to the next member.)
-                    self.blind(&err);
+                    // Refused at once by a member without a leader (an election, or cut off):
+                    // nothing was missed by refusing, so it only moves on to the next member
+                    // (the client already did). A node that is blind stays so until a watch
+                    // opens.
+                    tracing::debug!(error = %err, key = %self.claim_key, "the member has no leader; watching on the next one");
                     tokio::select! {
                         () = tokio::time::sleep(NO_LEADER_PAUSE) => continue,
                         _ = stop.wait_for(|s| *s) => return,
@@ -77,8 +82,17 @@ impl EtcdLease {
                 }
             };
             // Whatever happened before the watch started; seen again if it is still ours.
-            if self.check_claim(timeout).await && self.proof.seeing() {
-                tracing::info!(key = %self.claim_key, "the claim is watched again on a member with a leader");
+            if self.check_claim(timeout).await {
+                if self.proof.seeing() {
+                    tracing::info!(key = %self.claim_key, "the claim is watched again on a member with a leader");
+                }
+            } else if self.proof.lock().is_blind() {
+                // Fenced until the claim is read as ours: open again soon rather than wait on
+                // this watch for a TTL.
+                tokio::select! {
+                    () = tokio::time::sleep(RETRY_PAUSE) => continue,
+                    _ = stop.wait_for(|s| *s) => return,
+                }
             }
             // Opened again now and then: a member cut off from the others keeps a stream open
             // and silent.
