@@ -311,6 +311,7 @@ impl Fleet {
         dir: &Path,
         secure: bool,
         break_node_auth: bool,
+        layout: &snowflake_core::Layout,
     ) -> anyhow::Result<Fleet> {
         let mut lab = Lab::new()?;
         lab.connect_self()?;
@@ -455,6 +456,8 @@ impl Fleet {
                 "1",
                 "--shutdown-timeout-ms",
                 "3000",
+                "--layout",
+                &layout.name(),
             ]
             .iter()
             .map(ToString::to_string)

@@ -6,6 +6,7 @@
 //! violation. `--secure` runs the same with TLS and credentials everywhere (`secure.rs`). Run as
 //! root: `scripts/campaign` (or see `--help`).
 
+mod audit;
 mod chart;
 mod check;
 mod clients;
@@ -73,6 +74,11 @@ struct Args {
     /// mutual TLS (Thrift plaintext), probed on their admin listener.
     #[arg(long)]
     secure: bool,
+    /// The fleet's layout (`serve --layout`): twitter, js-safe or custom:T,D,W,S, with
+    /// Twitter's epoch. The checker reads every ID with it, and `snowflake audit --layout`
+    /// checks the run's IDs with it at the end.
+    #[arg(long, default_value = "twitter")]
+    layout: String,
     /// Test of --secure itself: give the last node a wrong password (or ZooKeeper identity);
     /// the campaign must stop at start with that node's log.
     #[arg(long, hide = true, requires = "secure")]
@@ -148,6 +154,12 @@ fn campaign(args: &Args) -> anyhow::Result<bool> {
         .seed
         .unwrap_or_else(|| clients::unix_ms() ^ u64::from(std::process::id()));
     eprintln!("campaign: seed {seed} (replay with --seed {seed})");
+    let bits: snowflake_core::Bits = args
+        .layout
+        .parse()
+        .map_err(|e| anyhow::anyhow!("--layout: {e}"))?;
+    let layout = snowflake_core::Layout::new(snowflake_core::TWITTER_EPOCH_MS, bits)
+        .map_err(|e| anyhow::anyhow!("--layout: {e}"))?;
     let tools = Tools::find()?;
     let (dir, keep) = match &args.out {
         Some(out) => {
@@ -175,11 +187,13 @@ fn campaign(args: &Args) -> anyhow::Result<bool> {
         &dir,
         args.secure,
         args.break_node_auth,
+        &layout,
     )
     .context("starting the fleet")?;
     eprintln!(
-        "campaign: {:?} (3 members) and {nodes} nodes ready{}; faults for {} s",
+        "campaign: {:?} (3 members) and {nodes} nodes ({} layout) ready{}; faults for {} s",
         args.mode,
+        layout.name(),
         if args.secure {
             " (secure: TLS and credentials everywhere)"
         } else {
@@ -454,11 +468,14 @@ fn campaign(args: &Args) -> anyhow::Result<bool> {
         marks,
         allowed_ahead_ms,
         samples,
-        // The fleet runs the default layout (`serve` has no --layout yet).
-        layout: snowflake_core::Layout::TWITTER,
+        layout,
     };
     let (totals, violations) = check::check(&history, &facts, 5);
+    let snowflake = f.tools.snowflake.clone();
     drop(f);
+    // Every ID the clients were given, audited by `snowflake audit` under the fleet's layout
+    // (an ID beyond it is an invalid line there): a second checker, the one operators use.
+    let audit = audit::run(&snowflake, &layout, &history, &dir)?;
 
     // The report.
     let ok_ops = successes(&history, nodes);
@@ -516,6 +533,15 @@ fn campaign(args: &Args) -> anyhow::Result<bool> {
         "operations {} (answered with IDs {}, refused {}, unanswered {}); IDs checked {}",
         totals.ops, totals.ops_ok, totals.ops_refused, totals.ops_no_answer, totals.ids
     );
+    println!(
+        "snowflake --layout {} audit: {} IDs, {} unique, {} duplicates, {} invalid lines (exit {})",
+        layout.name(),
+        audit.ids,
+        audit.unique,
+        audit.duplicates,
+        audit.invalid,
+        audit.exit
+    );
     println!("violations: {}", violations.len());
     for violation in &violations {
         println!("  {}: {}", violation.rule, violation.detail);
@@ -550,6 +576,10 @@ fn campaign(args: &Args) -> anyhow::Result<bool> {
             "FAILED: only {} IDs checked (--min-ids {})",
             totals.ids, args.min_ids
         );
+        ok = false;
+    }
+    if !args.expect_violation && !audit.clean(totals.ids) {
+        println!("FAILED: snowflake audit disagrees with the checker: {audit:?}");
         ok = false;
     }
     if !missing.is_empty() {
@@ -599,7 +629,8 @@ fn campaign(args: &Args) -> anyhow::Result<bool> {
         }
     }
     let report = serde_json::json!({
-        "seed": seed, "mode": args.mode, "secure": args.secure, "duration_secs": args.duration_secs, "table": table,
+        "seed": seed, "mode": args.mode, "secure": args.secure, "layout": layout.name(), "duration_secs": args.duration_secs, "table": table,
+        "audit": audit,
         "security_checks": security_checks,
         "deletions_without_credentials": {"tried": deletes_tried, "refused": deletes_refused}, "totals": totals, "faults": records, "self_stops": self_stops,
         "violations": violations.iter().map(|v| serde_json::json!({"rule": v.rule, "detail": v.detail, "ops": v.ops})).collect::<Vec<_>>(),

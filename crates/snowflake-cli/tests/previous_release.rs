@@ -46,12 +46,10 @@ fn the_previous_release_refuses_a_js_safe_state_file_and_reads_a_twitter_one() {
     let written = file(js.path());
     let refused = Serve::new(js.path()).program(&previous).run_to_exit();
     assert_exit(&refused, 1);
+    // (It knows format 1 only, and no `layout` field in it.)
     assert_mentions(
         &refused,
-        &[
-            "format 2 is not the supported format 1",
-            "refusing to start",
-        ],
+        &["is corrupt", "unknown field `layout`", "refusing to start"],
     );
     assert_eq!(file(js.path()), written, "left as it was");
 
