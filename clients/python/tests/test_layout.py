@@ -17,30 +17,6 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def _serve_takes_layouts() -> bool:
-    """Whether this `snowflake serve` runs layouts other than Twitter's (SPEC §9). Until the
-    state directory and the fleet record a layout, it refuses them with this message."""
-    import os
-    import subprocess
-    import tempfile
-
-    with tempfile.TemporaryDirectory() as state:
-        try:
-            refused = subprocess.run(
-                [os.environ.get("SNOWFLAKE_BIN", "snowflake"), "--layout", "js-safe", "serve",
-                 "--state-dir", state, "--http-addr", "127.0.0.1:0", "--grpc-addr", "off",
-                 "--thrift-addr", "off"],
-                capture_output=True, text=True, timeout=3,
-            )
-        except subprocess.TimeoutExpired:
-            return True  # it started serving
-    return "runs the twitter layout only" not in refused.stderr
-
-
-@pytest.mark.skipif(
-    not _serve_takes_layouts(),
-    reason="needs `snowflake serve --layout` (the layouts issue's second part)",
-)
 def test_the_layout_is_read_from_the_node_and_decodes_its_ids(nodes):
     js_safe = nodes(3, "--layout", "js-safe")
     default = nodes(4)
