@@ -72,6 +72,11 @@ const MAX_RESERVATIONS_PER_REQUEST: u32 = 3;
 /// so that maximum batches back to back do not make single IDs wait for the next millisecond.
 const BULK_LEAVES_ONE_IN: u64 = 4;
 
+/// Below this many IDs per millisecond (Twitter's 4,096), a layout's sequence, not the work of
+/// formatting them, bounds a batch (js-safe: 64): bulk requests wake at every timer tick and
+/// leave a quarter of a millisecond only while other requests are waiting for one.
+const SMALL_LAYOUT_IDS_PER_MS: u64 = 4096;
+
 /// Why [`Node::issue_now`] issued nothing.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum NotNow {
@@ -564,7 +569,10 @@ impl Node {
         }
         // In bulk: a part of each millisecond at a time (see `BULK_LEAVES_ONE_IN`), the thread
         // yielded in between, all within the request timeout.
-        let leave = per_ms / BULK_LEAVES_ONE_IN;
+        let quarter = per_ms / BULK_LEAVES_ONE_IN;
+        let small = per_ms < SMALL_LAYOUT_IDS_PER_MS;
+        let generator = &self.shared.generator;
+        let mut spins_seen = generator.stats().exhaustion_waits;
         let deadline = Instant::now() + self.request_timeout;
         let mut batches = Vec::with_capacity(usize::try_from(count / per_ms + 2).unwrap_or(2));
         let mut left = count;
@@ -572,6 +580,17 @@ impl Node {
             if Instant::now() >= deadline {
                 return Err(self.timed_out());
             }
+            // Under a small layout the millisecond's sequence, not the work, bounds a batch: it
+            // takes the whole millisecond unless a request had to wait for one since its last
+            // take (others are asking: leave them their quarter).
+            let leave = if small {
+                let spins = generator.stats().exhaustion_waits;
+                let others_waited = spins != spins_seen;
+                spins_seen = spins;
+                if others_waited { quarter } else { 0 }
+            } else {
+                quarter
+            };
             let chunk = self
                 .issue_within_ms(protocol, left.min(per_ms), Take::Leaving(leave))
                 .await?;
@@ -624,12 +643,20 @@ impl Node {
                     // Sleep for the next millisecond rather than spin for it: a runtime
                     // thread spinning on the clock takes a whole core from the other requests
                     // (and from their clients) on a small machine.
+                    // Under a small layout, wake at the timer's next tick rather than a whole
+                    // millisecond later: ticks are a millisecond apart, so every millisecond of
+                    // the clock gets one take instead of every other one.
+                    let pause = if self.layout.max_ids_per_ms() < SMALL_LAYOUT_IDS_PER_MS {
+                        Duration::from_micros(1)
+                    } else {
+                        Duration::from_millis(1)
+                    };
                     let seen_ms = self.clock.now_ms();
                     while self.clock.now_ms() == seen_ms {
                         if Instant::now() >= deadline {
                             return Err(self.timed_out());
                         }
-                        tokio::time::sleep(Duration::from_millis(1)).await;
+                        tokio::time::sleep(pause).await;
                     }
                 }
                 Ok(batches) => return Ok(batches),
