@@ -27,6 +27,16 @@ pub struct ServeArgs {
     #[arg(long, env = "SNOWFLAKE_GRPC_ADDR", value_name = "ADDR")]
     pub grpc_addr: Option<String>,
 
+    /// Most concurrent gRPC calls (HTTP/2 streams) on one connection, 1..=1024; a client
+    /// opening more gets REFUSED_STREAM for each one over [default: 100].
+    #[arg(
+        long,
+        env = "SNOWFLAKE_GRPC_MAX_CONCURRENT_STREAMS",
+        value_name = "N",
+        allow_negative_numbers = true
+    )]
+    pub grpc_max_concurrent_streams: Option<String>,
+
     /// Thrift listen address (framed transport, binary protocol, the 2010 IDL), or `off`
     /// [default: 127.0.0.1:7609].
     #[arg(long, env = "SNOWFLAKE_THRIFT_ADDR", value_name = "ADDR")]
@@ -485,6 +495,8 @@ pub struct Config {
     pub http_addr: Option<SocketAddr>,
     /// gRPC listen address; `None` when off.
     pub grpc_addr: Option<SocketAddr>,
+    /// Concurrent gRPC calls (HTTP/2 streams) per connection.
+    pub grpc_max_concurrent_streams: u32,
     /// Thrift listen address; `None` when off.
     pub thrift_addr: Option<SocketAddr>,
     /// Largest Thrift frame accepted, in bytes.
@@ -552,6 +564,7 @@ impl Config {
             http_addr: Some(SocketAddr::from(([127, 0, 0, 1], 8080))),
             grpc_addr: Some(SocketAddr::from(([127, 0, 0, 1], 50051))),
             thrift_addr: Some(SocketAddr::from(([127, 0, 0, 1], 7609))),
+            grpc_max_concurrent_streams: 100,
             thrift_max_frame_bytes: 65_536,
             admin_addr: None,
             resp_addr: None,
@@ -761,6 +774,15 @@ impl Config {
                     .map_err(|e| ConfigError::invalid(&name, e)),
             }
         };
+        if let Some(n) = number(
+            args.grpc_max_concurrent_streams.as_deref(),
+            "grpc-max-concurrent-streams",
+            "grpc_max_concurrent_streams",
+            1,
+            1024,
+        )? {
+            config.grpc_max_concurrent_streams = u32::try_from(n).unwrap_or(1024);
+        }
         if let Some(n) = number(
             args.thrift_max_frame_bytes.as_deref(),
             "thrift-max-frame-bytes",
@@ -1337,6 +1359,7 @@ const FILE_KEYS: &[&str] = &[
     "tls_key",
     "tls_client_ca",
     "grpc_addr",
+    "grpc_max_concurrent_streams",
     "thrift_addr",
     "thrift_max_frame_bytes",
     "epoch_ms",
