@@ -293,6 +293,52 @@ async fn a_client_that_never_reads_its_replies_loses_its_slot() {
     }
 }
 
+/// A request trickled in a byte at a time, each byte well within the idle timeout, is cut at
+/// the idle timeout counted from its first byte (not from its last), and its slot serves the
+/// next client: HTTP's headers (hyper's header-read timeout), a Thrift frame, a RESP command.
+/// (gRPC's message: `grpc_limits`.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_trickled_in_is_cut_at_the_idle_timeout_from_its_first_byte() {
+    let idle = Duration::from_millis(500);
+    for door in [Door::Http, Door::Admin, Door::Thrift, Door::Resp] {
+        let (server, _dir) = start(|config| {
+            config.max_connections = 1;
+            config.idle_timeout = idle;
+        })
+        .await;
+        let request = match door {
+            Door::Http | Door::Admin => b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n".to_vec(),
+            Door::Thrift => thrift_call("get_worker_id", 1),
+            _ => b"*2\r\n$4\r\nECHO\r\n$5\r\nhello\r\n".to_vec(),
+        };
+        let (mut reader, mut writer) = tcp(&server, door).await.into_split();
+        let started = Instant::now();
+        let trickle = tokio::spawn(async move {
+            // A byte every fifth of the idle timeout, never the last one.
+            for byte in &request[..request.len() - 1] {
+                if writer.write_all(&[*byte]).await.is_err() {
+                    return;
+                }
+                tokio::time::sleep(idle / 5).await;
+            }
+            tokio::time::sleep(Duration::from_secs(60)).await;
+        });
+        let closed = closed_within(&mut reader, idle * 4).await;
+        let took = started.elapsed();
+        trickle.abort();
+        assert!(
+            closed,
+            "{door:?}: a trickled request still open after {took:?}"
+        );
+        assert!(
+            took >= idle - Duration::from_millis(50),
+            "{door:?}: cut after {took:?}"
+        );
+        Client::served(&server, door).await;
+        server.stop().await;
+    }
+}
+
 /// A request the node holds up (a batch with the clock standing still, a call whose message
 /// never comes, a clock behind the last ID), sent before the shutdown, and what answers it.
 async fn stall(server: &TestServer, door: Door) -> Option<tokio::task::JoinHandle<String>> {
