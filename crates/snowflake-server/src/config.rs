@@ -218,10 +218,11 @@ pub struct ServeArgs {
     )]
     pub request_timeout_ms: Option<String>,
 
-    /// Longest time a connection may make no progress: to send a request's headers, between
-    /// requests (HTTP keep-alive, Thrift, RESP, gRPC with no call open), or to take a reply
-    /// (Thrift and RESP writes, gRPC flow-control window); a TLS handshake gets at most 10 s of
-    /// it. 1..=3600000 ms [default: 60000].
+    /// Longest time a connection may make no progress: to send a whole request from its first
+    /// byte (HTTP headers, a Thrift frame, a RESP command, a gRPC message), between requests
+    /// (HTTP keep-alive, Thrift, RESP, gRPC with no call open), or to take any of a reply (every
+    /// door's writes, gRPC's flow-control window); a TLS handshake gets at most 10 s of it.
+    /// 1..=3600000 ms [default: 60000].
     #[arg(
         long,
         env = "SNOWFLAKE_IDLE_TIMEOUT_MS",
@@ -531,7 +532,7 @@ pub struct Config {
     pub max_connections: usize,
     /// Per-request time limit.
     pub request_timeout: Duration,
-    /// Header-read (and keep-alive idle) time limit.
+    /// How long a connection may make no progress (a request, idling, a write).
     pub idle_timeout: Duration,
     /// Drain time on shutdown.
     pub shutdown_timeout: Duration,
