@@ -19,6 +19,7 @@ mod previous_release;
 mod prometheus;
 mod resp;
 mod serve;
+mod slow_clients;
 mod stalled_disk;
 mod start_line;
 mod state_tool;

@@ -402,6 +402,16 @@ fn invalid_configuration_exits_2_before_binding_anything() {
         &["SNOWFLAKE_RESERVE_MS", "soon", "100..=60000"],
     );
     rejected_config(
+        serve().args(["--grpc-max-concurrent-streams", "0"]),
+        &state,
+        &["--grpc-max-concurrent-streams", "found 0", "1..=1024"],
+    );
+    rejected_config(
+        serve().env("SNOWFLAKE_GRPC_MAX_CONCURRENT_STREAMS", "1025"),
+        &state,
+        &["SNOWFLAKE_GRPC_MAX_CONCURRENT_STREAMS", "1025", "1..=1024"],
+    );
+    rejected_config(
         Serve::bare()
             .args(["--http-addr", "nonsense", "--state-dir"])
             .arg(&state),

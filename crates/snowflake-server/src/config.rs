@@ -27,6 +27,16 @@ pub struct ServeArgs {
     #[arg(long, env = "SNOWFLAKE_GRPC_ADDR", value_name = "ADDR")]
     pub grpc_addr: Option<String>,
 
+    /// Most concurrent gRPC calls (HTTP/2 streams) on one connection, 1..=1024; a client
+    /// opening more gets REFUSED_STREAM for each one over [default: 100].
+    #[arg(
+        long,
+        env = "SNOWFLAKE_GRPC_MAX_CONCURRENT_STREAMS",
+        value_name = "N",
+        allow_negative_numbers = true
+    )]
+    pub grpc_max_concurrent_streams: Option<String>,
+
     /// Thrift listen address (framed transport, binary protocol, the 2010 IDL), or `off`
     /// [default: 127.0.0.1:7609].
     #[arg(long, env = "SNOWFLAKE_THRIFT_ADDR", value_name = "ADDR")]
@@ -208,10 +218,11 @@ pub struct ServeArgs {
     )]
     pub request_timeout_ms: Option<String>,
 
-    /// Longest time a connection may make no progress: to send a request's headers, between
-    /// requests (HTTP keep-alive, Thrift, RESP, gRPC with no call open), or to take a reply
-    /// (Thrift and RESP writes, gRPC flow-control window); a TLS handshake gets at most 10 s of
-    /// it. 1..=3600000 ms [default: 60000].
+    /// Longest time a connection may make no progress: to send a whole request from its first
+    /// byte (HTTP headers, a Thrift frame, a RESP command, a gRPC message), between requests
+    /// (HTTP keep-alive, Thrift, RESP, gRPC with no call open), or to take any of a reply (every
+    /// door's writes, gRPC's flow-control window); a TLS handshake gets at most 10 s of it.
+    /// 1..=3600000 ms [default: 60000].
     #[arg(
         long,
         env = "SNOWFLAKE_IDLE_TIMEOUT_MS",
@@ -485,6 +496,8 @@ pub struct Config {
     pub http_addr: Option<SocketAddr>,
     /// gRPC listen address; `None` when off.
     pub grpc_addr: Option<SocketAddr>,
+    /// Concurrent gRPC calls (HTTP/2 streams) per connection.
+    pub grpc_max_concurrent_streams: u32,
     /// Thrift listen address; `None` when off.
     pub thrift_addr: Option<SocketAddr>,
     /// Largest Thrift frame accepted, in bytes.
@@ -519,7 +532,7 @@ pub struct Config {
     pub max_connections: usize,
     /// Per-request time limit.
     pub request_timeout: Duration,
-    /// Header-read (and keep-alive idle) time limit.
+    /// How long a connection may make no progress (a request, idling, a write).
     pub idle_timeout: Duration,
     /// Drain time on shutdown.
     pub shutdown_timeout: Duration,
@@ -552,6 +565,7 @@ impl Config {
             http_addr: Some(SocketAddr::from(([127, 0, 0, 1], 8080))),
             grpc_addr: Some(SocketAddr::from(([127, 0, 0, 1], 50051))),
             thrift_addr: Some(SocketAddr::from(([127, 0, 0, 1], 7609))),
+            grpc_max_concurrent_streams: 100,
             thrift_max_frame_bytes: 65_536,
             admin_addr: None,
             resp_addr: None,
@@ -761,6 +775,15 @@ impl Config {
                     .map_err(|e| ConfigError::invalid(&name, e)),
             }
         };
+        if let Some(n) = number(
+            args.grpc_max_concurrent_streams.as_deref(),
+            "grpc-max-concurrent-streams",
+            "grpc_max_concurrent_streams",
+            1,
+            1024,
+        )? {
+            config.grpc_max_concurrent_streams = u32::try_from(n).unwrap_or(1024);
+        }
         if let Some(n) = number(
             args.thrift_max_frame_bytes.as_deref(),
             "thrift-max-frame-bytes",
@@ -1337,6 +1360,7 @@ const FILE_KEYS: &[&str] = &[
     "tls_key",
     "tls_client_ca",
     "grpc_addr",
+    "grpc_max_concurrent_streams",
     "thrift_addr",
     "thrift_max_frame_bytes",
     "epoch_ms",

@@ -30,6 +30,7 @@ fn defaults_need_no_flags() {
     assert_eq!(config.grpc_addr.unwrap().to_string(), "127.0.0.1:50051");
     assert_eq!(config.thrift_addr.unwrap().to_string(), "127.0.0.1:7609");
     assert_eq!(config.thrift_max_frame_bytes, 65_536);
+    assert_eq!(config.grpc_max_concurrent_streams, 100);
     assert_eq!((config.datacenter_id, config.worker_id), (0, 0));
     assert_eq!(config.max_batch, 100_000);
     assert_eq!(config.max_backwards_wait_ms, 0);
@@ -74,6 +75,7 @@ fn flags_override_the_file_which_overrides_defaults() {
     args.http_addr = Some("[::1]:0".into());
     args.thrift_addr = Some("127.0.0.1:7000".into());
     args.thrift_max_frame_bytes = Some("1024".into());
+    args.grpc_max_concurrent_streams = Some("1024".into());
     let overridden = Config::resolve(&args, Some("1288834974657")).unwrap();
     assert_eq!(
         (
@@ -90,6 +92,7 @@ fn flags_override_the_file_which_overrides_defaults() {
         "127.0.0.1:7000"
     );
     assert_eq!(overridden.thrift_max_frame_bytes, 1024);
+    assert_eq!(overridden.grpc_max_concurrent_streams, 1024);
     assert_eq!(overridden.layout, snowflake_core::Layout::TWITTER);
 }
 
@@ -186,6 +189,20 @@ fn bad_values_name_the_setting_the_value_and_the_range() {
                 ..ServeArgs::default()
             },
             "expected 64..=16384000, found 16",
+        ),
+        (
+            ServeArgs {
+                grpc_max_concurrent_streams: Some("0".into()),
+                ..ServeArgs::default()
+            },
+            "expected 1..=1024, found 0",
+        ),
+        (
+            ServeArgs {
+                grpc_max_concurrent_streams: Some("1025".into()),
+                ..ServeArgs::default()
+            },
+            "expected 1..=1024, found 1025",
         ),
     ];
     assert_refused(&cases);

@@ -6,6 +6,7 @@ mod doors;
 mod fleet;
 mod grpc;
 mod grpc_frames;
+mod grpc_limits;
 mod http_api;
 mod layouts;
 mod listen;

@@ -197,10 +197,11 @@ async fn a_busy_connection_outlives_many_idle_timeouts() {
 /// A client that asks and never reads the answers fills the socket buffers (or, over HTTP/2,
 /// its stream's window), and the answer then waits on it: bounded by the idle timeout, so with
 /// one connection slot a new client is served soon after, not never, and the greedy connection
-/// (or its stream) is cut. (HTTP has no such deadline on a response yet.)
+/// (or its stream) is cut: the door's own deadline (gRPC's stream window, Thrift's and RESP's
+/// writes), or the listener's write deadline under every door (HTTP, whose hyper has none).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_never_reads_its_replies_loses_its_slot() {
-    for door in [Door::Grpc, Door::Thrift, Door::Resp] {
+    for door in [Door::Http, Door::Grpc, Door::Thrift, Door::Resp] {
         let (server, _dir) = start(|config| {
             config.max_connections = 1;
             config.idle_timeout = Duration::from_millis(if door == Door::Grpc { 400 } else { 500 });
@@ -237,13 +238,17 @@ async fn a_client_that_never_reads_its_replies_loses_its_slot() {
                     })
                 })
             }
-            Door::Thrift | Door::Resp => {
+            Door::Http | Door::Thrift | Door::Resp => {
                 let stream = tcp(&server, door).await;
                 let (_never_read, mut writer) = stream.into_split();
                 // Each answer is as large as its request (an unknown Thrift method's name is
-                // echoed in the exception; RESP's ECHO): the buffers fill in a moment.
+                // echoed in the exception; RESP's ECHO), or far larger (HTTP's largest batch):
+                // the buffers fill in a moment.
                 let word = "x".repeat(16 * 1024);
                 let calls = match door {
+                    Door::Http => {
+                        b"GET /v1/ids?count=100000 HTTP/1.1\r\nHost: x\r\n\r\n".repeat(64)
+                    }
                     Door::Thrift => thrift_call(&word, 1).repeat(64),
                     _ => format!("*2\r\n$4\r\nECHO\r\n${}\r\n{word}\r\n", word.len())
                         .repeat(16)
@@ -272,9 +277,10 @@ async fn a_client_that_never_reads_its_replies_loses_its_slot() {
             {
                 break;
             }
+            // (HTTP: the kernel grows the socket buffers to megabytes as they fill.)
             assert!(
-                started.elapsed() < Duration::from_secs(10),
-                "{door:?}: a client that never reads held the only connection slot for 10 s"
+                started.elapsed() < Duration::from_secs(30),
+                "{door:?}: a client that never reads held the only connection slot for 30 s"
             );
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
@@ -283,6 +289,52 @@ async fn a_client_that_never_reads_its_replies_loses_its_slot() {
             .unwrap_or_else(|_| panic!("{door:?}: the greedy connection was not cut"))
             .unwrap();
         assert!(cut, "{door:?}: the unread stream went on");
+        server.stop().await;
+    }
+}
+
+/// A request trickled in a byte at a time, each byte well within the idle timeout, is cut at
+/// the idle timeout counted from its first byte (not from its last), and its slot serves the
+/// next client: HTTP's headers (hyper's header-read timeout), a Thrift frame, a RESP command.
+/// (gRPC's message: `grpc_limits`.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_trickled_in_is_cut_at_the_idle_timeout_from_its_first_byte() {
+    let idle = Duration::from_millis(500);
+    for door in [Door::Http, Door::Admin, Door::Thrift, Door::Resp] {
+        let (server, _dir) = start(|config| {
+            config.max_connections = 1;
+            config.idle_timeout = idle;
+        })
+        .await;
+        let request = match door {
+            Door::Http | Door::Admin => b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n".to_vec(),
+            Door::Thrift => thrift_call("get_worker_id", 1),
+            _ => b"*2\r\n$4\r\nECHO\r\n$5\r\nhello\r\n".to_vec(),
+        };
+        let (mut reader, mut writer) = tcp(&server, door).await.into_split();
+        let started = Instant::now();
+        let trickle = tokio::spawn(async move {
+            // A byte every fifth of the idle timeout, never the last one.
+            for byte in &request[..request.len() - 1] {
+                if writer.write_all(&[*byte]).await.is_err() {
+                    return;
+                }
+                tokio::time::sleep(idle / 5).await;
+            }
+            tokio::time::sleep(Duration::from_secs(60)).await;
+        });
+        let closed = closed_within(&mut reader, idle * 4).await;
+        let took = started.elapsed();
+        trickle.abort();
+        assert!(
+            closed,
+            "{door:?}: a trickled request still open after {took:?}"
+        );
+        assert!(
+            took >= idle - Duration::from_millis(50),
+            "{door:?}: cut after {took:?}"
+        );
+        Client::served(&server, door).await;
         server.stop().await;
     }
 }

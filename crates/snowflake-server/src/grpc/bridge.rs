@@ -15,6 +15,7 @@ use h2::{RecvStream, SendStream};
 use http::{Request, Response};
 use http_body::{Body, Frame};
 use http_body_util::BodyExt;
+use std::future::Future;
 use std::future::poll_fn;
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
@@ -149,28 +150,48 @@ async fn window_open(send: &mut SendStream<Bytes>, stall_timeout: Duration) -> b
 }
 
 /// An `h2` request body as an `http_body::Body`, giving flow-control capacity back as it is
-/// read; after any bytes already read from it (`prefix`).
+/// read; after any bytes already read from it (`prefix`). The whole of it is due by a deadline
+/// (the idle timeout from the call's headers): past it the body fails (`CANCEL`), so a request
+/// trickled in a byte at a time does not hold its stream, or its connection, for ever.
 #[derive(Debug)]
 pub(super) struct H2Body {
     prefix: Option<Bytes>,
     recv: RecvStream,
     data_done: bool,
     done: bool,
+    due: Pin<Box<tokio::time::Sleep>>,
 }
 
 impl H2Body {
-    pub(super) fn new(recv: RecvStream) -> H2Body {
-        H2Body::with_prefix(Bytes::new(), recv)
+    /// The body of `recv`, due by `due`.
+    pub(super) fn new(recv: RecvStream, due: tokio::time::Instant) -> H2Body {
+        H2Body::with_prefix(Bytes::new(), recv, due)
     }
 
     /// The body of which `prefix` was already read.
-    pub(super) fn with_prefix(prefix: Bytes, recv: RecvStream) -> H2Body {
+    pub(super) fn with_prefix(
+        prefix: Bytes,
+        recv: RecvStream,
+        due: tokio::time::Instant,
+    ) -> H2Body {
         H2Body {
             prefix: Some(prefix).filter(|p| p.has_remaining()),
             recv,
             data_done: false,
             done: false,
+            due: Box::pin(tokio::time::sleep_until(due)),
         }
+    }
+
+    /// Pending; or, once the deadline has passed, the body's end with an error.
+    fn pending_or_late(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, h2::Error>>> {
+        ready!(self.due.as_mut().poll(cx));
+        tracing::debug!("grpc: the request did not arrive within the idle timeout; cancelled");
+        self.done = true;
+        Poll::Ready(Some(Err(h2::Error::from(h2::Reason::CANCEL))))
     }
 }
 
@@ -190,7 +211,10 @@ impl Body for H2Body {
             return Poll::Ready(None);
         }
         if !this.data_done {
-            match ready!(this.recv.poll_data(cx)) {
+            let Poll::Ready(data) = this.recv.poll_data(cx) else {
+                return this.pending_or_late(cx);
+            };
+            match data {
                 Some(Ok(data)) => {
                     let _ = this.recv.flow_control().release_capacity(data.len());
                     return Poll::Ready(Some(Ok(Frame::data(data))));
@@ -203,7 +227,9 @@ impl Body for H2Body {
             }
         }
         // Done only once the trailers are in: a pending poll must not end the body.
-        let trailers = ready!(this.recv.poll_trailers(cx));
+        let Poll::Ready(trailers) = this.recv.poll_trailers(cx) else {
+            return this.pending_or_late(cx);
+        };
         this.done = true;
         match trailers {
             Ok(Some(trailers)) => Poll::Ready(Some(Ok(Frame::trailers(trailers)))),

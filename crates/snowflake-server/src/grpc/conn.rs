@@ -20,7 +20,14 @@
 //! - it answers PINGs but has no call open for the idle timeout: GOAWAY, then closed;
 //! - it has a call open but grants it no flow-control window for the idle timeout: that stream
 //!   is reset (`CANCEL`, see [`super::bridge`]), after which the connection is idle as above;
-//! - it sends a call's headers but not its message: the request timeout answers the call.
+//! - it sends a call's headers but not its message, or trickles the message in: the call is
+//!   answered (`CANCELLED`) or its body fails once the idle timeout (or the shorter request
+//!   timeout) from its headers has passed;
+//! - it grants no window to the answers of calls that are done (the fast `NextId`'s): h2 holds
+//!   those streams, so the connection counts as idle, and is closed after its goodbye (the
+//!   idle timeout, at most the keep-alive timeout) even though those streams never end;
+//! - it opens more than `--grpc-max-concurrent-streams` calls at once: the ones over are
+//!   refused (`REFUSED_STREAM`).
 
 use super::SnowflakeService;
 use super::bridge::{H2Body, bridge};
@@ -142,8 +149,11 @@ pub(super) async fn serve_connection<T>(
     idle_check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut idle_checks = 0;
     let mut draining = false;
-    // Set when the connection is closed for idleness: how long the goodbye may take.
+    // Set when the connection is closed for idleness: how long the goodbye may take, and when
+    // it must be over, whatever is left (streams whose answers the client never takes: their
+    // calls are done, so the connection counts as idle, but h2 holds them until it is gone).
     let mut close_within = None;
+    let mut close_by = None;
     loop {
         tokio::select! {
             accepted = connection.accept() => match accepted {
@@ -178,8 +188,14 @@ pub(super) async fn serve_connection<T>(
                     // has seen it (or the keep-alive timeout gives up on the client).
                     connection.graceful_shutdown();
                     draining = true;
-                    close_within = Some(shared.keepalive_timeout);
+                    let limit = shared.keepalive_timeout.min(shared.idle_timeout);
+                    close_within = Some(limit);
+                    close_by = Some(tokio::time::Instant::now() + limit);
                 }
+            }
+            () = until(close_by), if close_by.is_some() => {
+                tracing::debug!("grpc: streams left unread after the goodbye; closing the connection");
+                return;
             }
             () = &mut keepalive => {
                 tracing::debug!("grpc: keep-alive ping unanswered; closing the connection");
@@ -203,6 +219,14 @@ pub(super) async fn serve_connection<T>(
         }
         () = &mut keepalive => {}
         () = goodbye => {}
+    }
+}
+
+/// Completes at `at`; never when `None`.
+async fn until(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
     }
 }
 
@@ -233,7 +257,8 @@ async fn handle(shared: Arc<Shared>, request: Request<RecvStream>, respond: Send
     if is_plain_next_id(&request) {
         next_id(&shared, started, timeout, request, respond).await;
     } else {
-        let request = request.map(H2Body::new);
+        let due = started + shared.idle_timeout;
+        let request = request.map(|body| H2Body::new(body, due));
         // Boxed, as below: tonic's futures are large, and every spawned call would otherwise
         // copy room for them, `NextId` included.
         Box::pin(bridge(&shared, started, timeout, request, respond)).await;

@@ -54,9 +54,6 @@ pub const STREAM_DEFAULT_CHUNK: u64 = 4096;
 /// Requests are a few bytes; anything larger is refused before it is decoded.
 const MAX_REQUEST_BYTES: usize = 16 * 1024;
 
-/// HTTP/2 streams (concurrent calls) one connection may have open.
-const MAX_STREAMS_PER_CONNECTION: u32 = 1024;
-
 /// How long an HTTP/2 keep-alive PING may go unanswered before the connection is dropped.
 const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(20);
 
@@ -496,7 +493,7 @@ pub async fn serve(
         service,
         request_timeout: config.request_timeout,
         handshake_timeout: limits.handshake_timeout(),
-        max_streams: MAX_STREAMS_PER_CONNECTION,
+        max_streams: config.grpc_max_concurrent_streams,
         keepalive_interval: config.idle_timeout / 2,
         keepalive_timeout: KEEPALIVE_TIMEOUT,
         idle_timeout: config.idle_timeout,

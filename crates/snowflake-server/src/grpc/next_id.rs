@@ -38,9 +38,11 @@ pub(super) async fn next_id(
     mut respond: SendResponse<Bytes>,
 ) {
     let (parts, mut body) = request.into_parts();
-    // The request timeout covers reading the body too, as tonic's did: a client that sends
-    // the headers and never the message does not hold the stream (or a drain) for ever.
-    let received = match tokio::time::timeout(timeout, read_some(&mut body)).await {
+    // The request timeout covers reading the body too, as tonic's did, and so does the idle
+    // timeout: a client that sends the headers and never the message, or trickles it in, does
+    // not hold the stream (or a drain) for ever.
+    let within = timeout.min(shared.idle_timeout);
+    let received = match tokio::time::timeout(within, read_some(&mut body)).await {
         Ok(Some(received)) => received,
         Ok(None) => return,
         Err(_elapsed) => {
@@ -51,7 +53,8 @@ pub(super) async fn next_id(
     };
     if !is_one_plain_message::<NextIdRequest>(&received) || !body.is_end_stream() {
         // tonic answers malformed, compressed, oversized or extra frames its usual way.
-        let request = Request::from_parts(parts, H2Body::with_prefix(received, body));
+        let due = started + shared.idle_timeout;
+        let request = Request::from_parts(parts, H2Body::with_prefix(received, body, due));
         Box::pin(bridge(shared, started, timeout, request, respond)).await;
         return;
     }

@@ -4,7 +4,7 @@
 
 use crate::tls::{Alpn, Tls};
 use std::time::Duration;
-use tokio::net::TcpStream;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_rustls::server::TlsStream;
 
 /// Why a handshake gave no connection.
@@ -20,12 +20,12 @@ pub enum Failed {
 }
 
 /// The TLS session on `stream`, offering `alpn`, once the handshake is done within `within`.
-pub async fn accept(
+pub async fn accept<S: AsyncRead + AsyncWrite + Unpin>(
     tls: &Tls,
     alpn: Alpn,
-    stream: TcpStream,
+    stream: S,
     within: Duration,
-) -> Result<TlsStream<TcpStream>, Failed> {
+) -> Result<TlsStream<S>, Failed> {
     match tokio::time::timeout(within, tls.acceptor(alpn).accept(stream)).await {
         Ok(Ok(stream)) => Ok(stream),
         Ok(Err(err)) => Err(Failed::Refused(err)),

@@ -12,12 +12,15 @@
 //!    pause instead of spinning.
 //! 2. [`cap`]: given one of the listener's `--max-connections` slots, or answered the door's
 //!    way over the cap ([`OverCap`]) and closed.
-//! 3. [`handshake`]: with TLS, the handshake, within [`Limits::handshake_timeout`]; a
+//! 3. Its writes get the idle timeout as a deadline ([`deadline::WriteDeadline`], below TLS):
+//!    a write the peer takes nothing of for that long fails, and the door's connection ends,
+//!    whatever the protocol is doing (a reply nobody reads, an HTTP/2 connection's frames).
+//! 4. [`handshake`]: with TLS, the handshake, within [`Limits::handshake_timeout`]; a
 //!    connection that fails it or takes longer is closed and frees its slot.
-//! 4. [`Door::serve`], until the connection ends. Idle and stalled connections are closed by the
-//!    door's own deadlines, built on [`deadline::Progress`] where the door reads and writes
-//!    bytes itself.
-//! 5. On shutdown the listener closes (new connections are refused), every open connection is
+//! 5. [`Door::serve`], until the connection ends. Idle connections, and requests that do not
+//!    come in time, are closed by the door's own deadlines, built on [`deadline::Progress`]
+//!    where the door reads and writes bytes itself.
+//! 6. On shutdown the listener closes (new connections are refused), every open connection is
 //!    told through its `stop` signal and finishes what it is answering, for at most
 //!    `--shutdown-timeout-ms`; whatever is left then is cut.
 
@@ -147,6 +150,7 @@ pub async fn serve<D: Door>(
             };
             let (door, tls, stop) = (Arc::clone(&door), tls.clone(), stop.clone());
             let handshake_timeout = limits.handshake_timeout();
+            let stream = deadline::WriteDeadline::new(stream, limits.idle_timeout);
             open.spawn(async move {
                 // The slot is the connection's until this task ends.
                 let _slot = slot;

@@ -230,6 +230,10 @@ async fn connection<S>(
     tokio::pin!(stop);
     // When the bytes being answered arrived (the idle timer's last read).
     let mut read_at = idle.last();
+    // When the first byte of the unfinished command at the end of `input` arrived: the whole
+    // command is due within the idle timeout of it, however it trickles in (a client sending a
+    // byte at a time must not keep its connection for ever).
+    let mut partial_since = None;
     loop {
         // Everything complete in the buffer, in order.
         let mut used = 0;
@@ -271,6 +275,12 @@ async fn connection<S>(
             }
         }
         input.drain(..used);
+        partial_since = match (input.is_empty(), used) {
+            (true, _) => None,
+            // What is left began in the last read, after the command that ended in it.
+            (false, 1..) => Some(read_at),
+            (false, 0) => partial_since.or(Some(read_at)),
+        };
         if !out.is_empty() {
             if !idle.write(&mut stream, &mut out).await {
                 return;
@@ -285,6 +295,9 @@ async fn connection<S>(
         }
         // Room to read into (a full Vec would otherwise be read into 64 bytes at a time).
         input.reserve(4096);
+        if let Some(since) = partial_since {
+            idle.since(since);
+        }
         let read = tokio::select! {
             biased;
             read = idle.read(&mut stream, &mut input) => read,

@@ -1,0 +1,264 @@
+//! What one gRPC connection may hold, with a bare `h2` client that breaks the rules: more
+//! concurrent streams than the node allows (`--grpc-max-concurrent-streams`), a flow-control
+//! window that stays shut, and a request message trickled in. None keeps a call, or the
+//! connection's slot, beyond its deadline.
+
+use crate::doors::{Client, Door, grpc_call, tcp};
+use crate::support::{T, TestServer, config};
+use bytes::Bytes;
+use snowflake_core::ManualClock;
+use snowflake_server::Config;
+use std::time::{Duration, Instant};
+
+async fn start(configure: impl FnOnce(&mut Config)) -> (TestServer, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = config(dir.path());
+    configure(&mut config);
+    let server = TestServer::start(config, ManualClock::new(T)).await;
+    for _ in 0..200 {
+        if server.node.readiness().is_ok() {
+            return (server, dir);
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("not ready after 2 s: {:?}", server.node.readiness());
+}
+
+/// An HTTP/2 connection to the gRPC door, `build` configured, driven on a task of its own
+/// (which answers the server's pings).
+async fn h2_client(
+    server: &TestServer,
+    build: impl FnOnce(&mut h2::client::Builder),
+) -> (h2::client::SendRequest<Bytes>, tokio::task::JoinHandle<()>) {
+    let stream = tcp(server, Door::Grpc).await;
+    let mut builder = h2::client::Builder::new();
+    build(&mut builder);
+    let (sender, connection) = builder.handshake(stream).await.unwrap();
+    let task = tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    (sender, task)
+}
+
+/// Polls a new gRPC client until one `NextId` is answered; how long that took.
+async fn served_within(server: &TestServer, within: Duration) -> Duration {
+    let started = Instant::now();
+    loop {
+        let fresh = async {
+            let stream: crate::doors::Stream = Box::new(tcp(server, Door::Grpc).await);
+            Client::open(Door::Grpc, stream).await?.call().await
+        };
+        if tokio::time::timeout(Duration::from_secs(1), fresh)
+            .await
+            .is_ok_and(|served| served.is_ok())
+        {
+            return started.elapsed();
+        }
+        assert!(
+            started.elapsed() < within,
+            "a new client was not served within {within:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// An HTTP/2 frame: its 9-byte header and `payload`.
+fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+    let len = u32::try_from(payload.len()).unwrap().to_be_bytes();
+    let mut frame = vec![len[1], len[2], len[3], kind, flags];
+    frame.extend_from_slice(&stream.to_be_bytes());
+    frame.extend_from_slice(payload);
+    frame
+}
+
+/// The HEADERS frame (END_HEADERS, not END_STREAM: the message is still to come) of a `NextId`
+/// call on `stream`, in HPACK's plainest form: static-table entries and literals.
+fn next_id_headers(stream: u32) -> Vec<u8> {
+    let path = b"/snowflake.v1.Snowflake/NextId";
+    let content_type = b"application/grpc";
+    // :method POST, :scheme http.
+    let mut block = vec![0x83, 0x86];
+    // :path, a literal value of the static name 4, not indexed.
+    block.push(0x04);
+    block.push(u8::try_from(path.len()).unwrap());
+    block.extend_from_slice(path);
+    // content-type, a literal value of the static name 31 (15 + 16), not indexed.
+    block.extend_from_slice(&[0x0f, 0x10, u8::try_from(content_type.len()).unwrap()]);
+    block.extend_from_slice(content_type);
+    frame(0x1, 0x4, stream, &block)
+}
+
+/// One connection may have 100 calls open at once (the default of
+/// `--grpc-max-concurrent-streams`): a 101st gets `REFUSED_STREAM`, and the 100 go on. (At the
+/// frame level: the `h2` crate, as a client, never opens more streams than the server allows
+/// once it has its settings, so it cannot be the client that breaks the rule.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_stream_over_the_cap_is_refused_and_the_others_go_on() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let (server, _dir) = start(|_| {}).await;
+    let mut stream = tcp(&server, Door::Grpc).await;
+    stream
+        .write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+        .await
+        .unwrap();
+    stream.write_all(&frame(0x4, 0, 0, &[])).await.unwrap();
+    // The node's settings, acknowledged: they apply from here on.
+    let mut head = [0u8; 9];
+    stream.read_exact(&mut head).await.unwrap();
+    assert_eq!(head[3], 0x4, "the node's settings come first");
+    let len = usize::from(head[0]) << 16 | usize::from(head[1]) << 8 | usize::from(head[2]);
+    let mut settings = vec![0u8; len];
+    stream.read_exact(&mut settings).await.unwrap();
+    // SETTINGS_MAX_CONCURRENT_STREAMS (3) is 100.
+    assert!(
+        settings
+            .chunks(6)
+            .any(|s| s[..2] == [0, 3] && s[2..] == 100u32.to_be_bytes()),
+        "{settings:?}"
+    );
+    stream.write_all(&frame(0x4, 0x1, 0, &[])).await.unwrap();
+    let calls: Vec<u8> = (0..101u32)
+        .flat_map(|i| next_id_headers(2 * i + 1))
+        .collect();
+    stream.write_all(&calls).await.unwrap();
+    // Frames until the refusal of stream 201 (RST_STREAM, REFUSED_STREAM = 7); none other
+    // refused or reset.
+    let refused = tokio::time::timeout(Duration::from_secs(5), async {
+        loop {
+            let mut head = [0u8; 9];
+            stream.read_exact(&mut head).await.unwrap();
+            let len = usize::from(head[0]) << 16 | usize::from(head[1]) << 8 | usize::from(head[2]);
+            let mut payload = vec![0u8; len];
+            stream.read_exact(&mut payload).await.unwrap();
+            let id = u32::from_be_bytes([head[5], head[6], head[7], head[8]]);
+            match head[3] {
+                0x3 => return (id, u32::from_be_bytes(payload[..4].try_into().unwrap())),
+                0x7 => panic!("GOAWAY: {payload:?}"),
+                _ => {}
+            }
+        }
+    })
+    .await
+    .expect("the 101st stream was not refused");
+    assert_eq!(refused, (201, 7), "(stream, error code) of the first reset");
+    // The first hundred are open, and answered once their message comes.
+    let message = frame(0x0, 0x1, 199, &[0, 0, 0, 0, 0]);
+    stream.write_all(&message).await.unwrap();
+    let answered = tokio::time::timeout(Duration::from_secs(5), async {
+        loop {
+            let mut head = [0u8; 9];
+            stream.read_exact(&mut head).await.unwrap();
+            let len = usize::from(head[0]) << 16 | usize::from(head[1]) << 8 | usize::from(head[2]);
+            let mut payload = vec![0u8; len];
+            stream.read_exact(&mut payload).await.unwrap();
+            let id = u32::from_be_bytes([head[5], head[6], head[7], head[8]]);
+            // The answer's DATA frame on stream 199.
+            if head[3] == 0x0 && id == 199 && !payload.is_empty() {
+                return payload;
+            }
+        }
+    })
+    .await
+    .expect("a call within the cap was not answered");
+    assert_eq!(answered[0], 0, "an uncompressed gRPC message: {answered:?}");
+    server.stop().await;
+}
+
+/// A client that grants no flow-control window (`SETTINGS_INITIAL_WINDOW_SIZE` 0) gets the
+/// headers of its answers and never their messages: its calls (`NextId`'s fast path, and
+/// `NextIds` through tonic) end within the idle timeout, and so does the connection, however
+/// diligently the client answers pings, so a new client takes its only slot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_grants_no_window_loses_its_slot() {
+    let idle = Duration::from_millis(400);
+    let (server, _dir) = start(|config| {
+        config.max_connections = 1;
+        config.idle_timeout = idle;
+    })
+    .await;
+    server.tick();
+    let (mut sender, _connection) = h2_client(&server, |builder| {
+        builder.initial_window_size(0);
+    })
+    .await;
+    let mut answers = Vec::new();
+    for (method, body) in [
+        ("NextId", vec![0, 0, 0, 0, 0]),
+        // NextIds { count: 100 }.
+        ("NextIds", vec![0, 0, 0, 0, 2, 0x08, 100]),
+    ] {
+        sender = sender.ready().await.unwrap();
+        let (response, _send) = grpc_call(&mut sender, method, Some(body)).unwrap();
+        let response = tokio::time::timeout(Duration::from_secs(5), response)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(response.status(), 200, "{method}");
+        answers.push(response);
+    }
+    let waited = served_within(&server, idle * 4 + Duration::from_secs(5)).await;
+    eprintln!("a new client was served after {waited:?}");
+    drop(answers);
+    server.stop().await;
+}
+
+/// A call whose message trickles in a byte at a time, each byte well within the idle timeout,
+/// is ended within the idle timeout of its start (not only by the longer request timeout), on
+/// the fast path (`NextId`) and through tonic (`NextIds`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_trickled_in_is_cut_at_the_idle_timeout() {
+    let idle = Duration::from_millis(500);
+    let (server, _dir) = start(|config| {
+        config.idle_timeout = idle;
+        config.request_timeout = Duration::from_secs(30);
+    })
+    .await;
+    let (mut sender, _connection) = h2_client(&server, |_| {}).await;
+    for (method, body) in [
+        ("NextId", vec![0u8, 0, 0, 0, 2, 0x08, 1]),
+        ("NextIds", vec![0u8, 0, 0, 0, 2, 0x08, 100]),
+    ] {
+        sender = sender.clone().ready().await.unwrap();
+        let (response, mut send) = grpc_call(&mut sender, method, None).unwrap();
+        let started = Instant::now();
+        let trickle = tokio::spawn(async move {
+            // One byte every fifth of the idle timeout, never the last one.
+            for byte in &body[..body.len() - 1] {
+                if send
+                    .send_data(Bytes::copy_from_slice(&[*byte]), false)
+                    .is_err()
+                {
+                    return;
+                }
+                tokio::time::sleep(idle / 5).await;
+            }
+            tokio::time::sleep(Duration::from_secs(60)).await;
+            drop(send);
+        });
+        let answer = tokio::time::timeout(idle * 4 + Duration::from_secs(3), async {
+            let response = response.await.map_err(|e| e.to_string())?;
+            let (parts, mut body) = response.into_parts();
+            while body.data().await.is_some() {}
+            let trailers = body.trailers().await.map_err(|e| e.to_string())?;
+            Ok::<_, String>(
+                trailers
+                    .as_ref()
+                    .unwrap_or(&parts.headers)
+                    .get("grpc-status")
+                    .map(|v| v.to_str().unwrap().to_owned()),
+            )
+        })
+        .await
+        .unwrap_or_else(|_| panic!("{method}: a trickled request still open after the deadline"));
+        let took = started.elapsed();
+        trickle.abort();
+        // Not answered as a success: cut, with a status or a reset.
+        assert_ne!(answer, Ok(Some("0".to_owned())), "{method}");
+        assert!(
+            took >= idle - Duration::from_millis(50),
+            "{method}: cut after {took:?}"
+        );
+        eprintln!("{method}: cut after {took:?}: {answer:?}");
+    }
+    server.stop().await;
+}
