@@ -161,17 +161,22 @@ fn served_within(node: &ServeProcess, ca: Option<&std::path::Path>, within: Dura
 /// HTTP slow readers: with `--max-connections 4 --idle-timeout-ms 2000`, four connections that
 /// ask for `GET /v1/ids?count=100000` (or pipeline 100,000 `GET /v1/id`) and never read hold
 /// every slot only until their writes have made no progress for the idle timeout; then they are
-/// closed and a new client is served (not refused with 503), over plain TCP and TLS alike.
+/// closed and a new client is served (not refused with 503), over plain TCP and TLS alike (over
+/// TLS with a 6 s idle timeout, which also bounds the test's own slow TLS handshakes).
 #[test]
 fn http_readers_that_never_read_lose_their_slots_plain_and_tls() {
     let certs = Certs::new();
     certs.issue("server", "snowflake-server", "ca", true, 30);
     for tls in [false, true] {
         let row = if tls { "TLS" } else { "plain" };
+        // Over TLS, the handshake gets the idle timeout too: an openssl or curl process started
+        // on a busy machine may take longer than 2 s to complete one, and would then lose its
+        // slot (or its answer) before the test could see the slots full.
+        let idle = if tls { IDLE * 3 } else { IDLE };
         let dir = temp_dir();
         let mut serve = Serve::new(dir.path())
             .args(["--max-connections", "4"])
-            .args(["--idle-timeout-ms", &IDLE.as_millis().to_string()]);
+            .args(["--idle-timeout-ms", &idle.as_millis().to_string()]);
         if tls {
             serve = serve
                 .arg("--tls-cert")
@@ -188,10 +193,15 @@ fn http_readers_that_never_read_lose_their_slots_plain_and_tls() {
             .collect();
         // Until they hold every slot: a new client is refused.
         let started = Instant::now();
-        while new_client(node.addr(), ca) != Ok(503) {
+        loop {
+            let answer = new_client(node.addr(), ca);
+            if answer == Ok(503) {
+                break;
+            }
             assert!(
                 started.elapsed() < Duration::from_secs(10),
-                "{row}: the greedy clients never held every slot; stderr:\n{}",
+                "{row}: the greedy clients never held every slot (a new client: {answer:?}); \
+                 stderr:\n{}",
                 node.stderr()
             );
             std::thread::sleep(Duration::from_millis(50));
