@@ -180,3 +180,65 @@ fn with_mutual_tls_redis_cli_speaks_resp_over_tls() {
     assert!(text.trim().parse::<u64>().is_ok(), "{served:?}");
     assert_exit(&node.stop_with("TERM"), 0);
 }
+
+/// Sends `request` (raw RESP) on `stream` and reads one reply (up to a CRLF-ended line, or
+/// a whole RESP3 map header and its fields when `lines` says how many lines to read).
+fn exchange(stream: &mut std::net::TcpStream, request: &[u8], lines: usize) -> String {
+    use std::io::{BufRead, BufReader, Write};
+    stream.write_all(request).unwrap();
+    let mut reader = BufReader::new(stream.try_clone().unwrap());
+    let mut reply = String::new();
+    for _ in 0..lines {
+        reader.read_line(&mut reply).unwrap();
+    }
+    reply
+}
+
+#[test]
+fn hello_auth_and_auth_are_refused_alike_never_a_false_login() {
+    let dir = temp_dir();
+    let (node, addr) = resp_node(dir.path());
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    stream
+        .set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .unwrap();
+    let no_auth = |reply: &str| {
+        reply.starts_with("-ERR")
+            && reply.contains("no authentication")
+            && reply.contains("mutual TLS")
+    };
+    // HELLO 3 AUTH with any password: an error, and the connection stays on RESP2.
+    let hello = exchange(
+        &mut stream,
+        b"*5\r\n$5\r\nHELLO\r\n$1\r\n3\r\n$4\r\nAUTH\r\n$7\r\ndefault\r\n$5\r\nwrong\r\n",
+        1,
+    );
+    assert!(no_auth(&hello), "HELLO 3 AUTH answered {hello:?}");
+    // AUTH alone (one or two arguments): the same answer.
+    let auth = exchange(&mut stream, b"*2\r\n$4\r\nAUTH\r\n$5\r\nwrong\r\n", 1);
+    assert!(no_auth(&auth), "AUTH pass answered {auth:?}");
+    let auth = exchange(
+        &mut stream,
+        b"*3\r\n$4\r\nAUTH\r\n$7\r\ndefault\r\n$5\r\nwrong\r\n",
+        1,
+    );
+    assert!(no_auth(&auth), "AUTH user pass answered {auth:?}");
+    // The failed HELLO changed nothing: a bare HELLO still answers in RESP2 (an array).
+    let hello = exchange(&mut stream, b"*1\r\n$5\r\nHELLO\r\n", 1);
+    assert_eq!(hello, "*14\r\n", "HELLO after a refused HELLO 3 AUTH");
+    drop(stream);
+    // redis-cli with a password is told so too.
+    let out = Command::new("redis-cli")
+        .args(["-h", "127.0.0.1", "-p", &addr.port().to_string()])
+        .args(["--user", "default", "--pass", "hunter2", "--no-auth-warning"])
+        .args(["PING"])
+        .output()
+        .unwrap();
+    let shown = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(shown.contains("no authentication"), "redis-cli: {shown}");
+    assert_exit(&node.stop_with("TERM"), 0);
+}

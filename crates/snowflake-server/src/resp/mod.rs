@@ -36,6 +36,7 @@ const COMMANDS: &[&str] = &[
     "ping",
     "echo",
     "hello",
+    "auth",
     "select",
     "client",
     "command",
@@ -517,6 +518,12 @@ async fn answer(
             bulk(out, args[1]);
         }
         b"hello" => hello(node, session, args, out)?,
+        b"auth" => {
+            if !(2..=3).contains(&args.len()) {
+                return Err(arity(name));
+            }
+            return Err(NO_AUTHENTICATION.into());
+        }
         b"select" => {
             if args.len() != 2 {
                 return Err(arity(name));
@@ -585,30 +592,44 @@ async fn answer(
     Ok(())
 }
 
-/// `HELLO [protover [AUTH user pass] [SETNAME name]]`.
+/// The answer to `AUTH` and `HELLO … AUTH`: this door checks no password, and says so rather
+/// than pretending a login succeeded.
+const NO_AUTHENTICATION: &str = "ERR this RESP listener has no authentication: it checks no \
+    user or password and accepts none; restrict who reaches it with mutual TLS \
+    (--tls-client-ca) or a private address";
+
+/// `HELLO [protover [AUTH user pass] [SETNAME name]]`; `AUTH` is refused (see
+/// [`NO_AUTHENTICATION`]).
 fn hello(
     node: &Node,
     session: &mut Session,
     args: &[&[u8]],
     out: &mut Vec<u8>,
 ) -> Result<(), String> {
-    if let Some(version) = args.get(1) {
-        match *version {
-            b"2" => session.protocol = 2,
-            b"3" => session.protocol = 3,
-            _ => return Err("NOPROTO unsupported protocol version".into()),
-        }
-    }
+    // Read the whole command before changing anything: a refused HELLO leaves the connection
+    // as it was (as Redis does).
+    let protocol = match args.get(1).map(|v| &v[..]) {
+        None => session.protocol,
+        Some(b"2") => 2,
+        Some(b"3") => 3,
+        Some(_) => return Err("NOPROTO unsupported protocol version".into()),
+    };
+    let mut name = None;
     let mut i = 2;
     while i < args.len() {
         match args[i].to_ascii_lowercase().as_slice() {
-            b"auth" if i + 2 < args.len() => i += 3,
+            // Never a false login: no password is checked here, so none is accepted.
+            b"auth" if i + 2 < args.len() => return Err(NO_AUTHENTICATION.into()),
             b"setname" if i + 1 < args.len() => {
-                session.name = Some(args[i + 1].to_vec());
+                name = Some(args[i + 1].to_vec());
                 i += 2;
             }
             _ => return Err("ERR syntax error in HELLO".into()),
         }
+    }
+    session.protocol = protocol;
+    if name.is_some() {
+        session.name = name;
     }
     map_header(out, session, 7);
     bulk(out, b"server");
