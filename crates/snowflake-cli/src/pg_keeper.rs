@@ -51,8 +51,11 @@ struct ServeFlags(ServeArgs);
 /// The shared flags: each `ServeArgs` field with its value type. `augment_args` takes their
 /// definitions from `serve`'s command by id (the field name), so they never drift apart.
 macro_rules! shared_flags {
-    ($($field:ident: $ty:ty),* $(,)?) => {
-        const SHARED: &[&str] = &[$(stringify!($field)),*];
+    ($($field:ident: $ty:ty),* $(,)?; switches: $($switch:ident),* $(,)?) => {
+        const SHARED: &[&str] = &[$(stringify!($field)),* $(, stringify!($switch))*];
+        /// The shared flags that take no value.
+        #[cfg(test)]
+        const SWITCHES: &[&str] = &[$(stringify!($switch)),*];
 
         impl FromArgMatches for ServeFlags {
             fn from_arg_matches(matches: &ArgMatches) -> Result<Self, clap::Error> {
@@ -65,6 +68,11 @@ macro_rules! shared_flags {
                 $(
                     if let Some(value) = matches.get_one::<$ty>(stringify!($field)) {
                         self.0.$field = Some(value.clone());
+                    }
+                )*
+                $(
+                    if matches.get_flag(stringify!($switch)) {
+                        self.0.$switch = true;
                     }
                 )*
                 Ok(())
@@ -90,7 +98,8 @@ shared_flags!(
     hostname: String,
     advertise_addr: String,
     log_format: String,
-    log: String,
+    log: String;
+    switches: allow_cleartext_credentials,
 );
 
 impl Args for ServeFlags {
@@ -207,7 +216,7 @@ pub fn run(args: &PgKeeperArgs, layout: Option<Layout>) -> ExitCode {
 
 #[cfg(test)]
 mod tests {
-    use super::{PgKeeperArgs, SHARED, resolve};
+    use super::{PgKeeperArgs, SHARED, SWITCHES, resolve};
     use clap::{Args, Command, FromArgMatches};
 
     fn parse(args: &[&str]) -> Result<PgKeeperArgs, clap::Error> {
@@ -220,7 +229,14 @@ mod tests {
     fn every_shared_flag_is_serves_and_lands_in_its_field() {
         let flags: Vec<String> = SHARED
             .iter()
-            .flat_map(|id| [format!("--{}", id.replace('_', "-")), format!("v-{id}")])
+            .flat_map(|id| {
+                let flag = format!("--{}", id.replace('_', "-"));
+                if SWITCHES.contains(id) {
+                    vec![flag]
+                } else {
+                    vec![flag, format!("v-{id}")]
+                }
+            })
             .collect();
         let mut argv = vec!["--postgres", "host=127.0.0.1"];
         argv.extend(flags.iter().map(String::as_str));
@@ -234,6 +250,7 @@ mod tests {
         assert_eq!(serve.reserve_ms.as_deref(), Some("v-reserve_ms"));
         assert_eq!(serve.log.as_deref(), Some("v-log"));
         assert_eq!(serve.advertise_addr.as_deref(), Some("v-advertise_addr"));
+        assert!(serve.allow_cleartext_credentials);
         // Not a keeper flag.
         assert!(serve.http_addr.is_none());
         let err = parse(&["--postgres", "host=x", "--http-addr", "off"]).unwrap_err();

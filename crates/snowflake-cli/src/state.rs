@@ -106,6 +106,10 @@ struct Target {
     /// Private key (PEM) of --zookeeper-cert.
     #[arg(long, env = "SNOWFLAKE_ZOOKEEPER_KEY", value_name = "FILE")]
     zookeeper_key: Option<PathBuf>,
+    /// Send the etcd password over `http://`, or the ZooKeeper digest identity without TLS
+    /// (refused by default: only on a network you trust).
+    #[arg(long, env = "SNOWFLAKE_ALLOW_CLEARTEXT_CREDENTIALS")]
+    allow_cleartext_credentials: bool,
     /// The pair's datacenter id, 0..=31 (under --layout: 0..=2^D - 1).
     #[arg(long, value_name = "D", allow_negative_numbers = true)]
     datacenter_id: Option<String>,
@@ -157,6 +161,7 @@ impl Target {
             zookeeper_ca: self.zookeeper_ca.clone(),
             zookeeper_cert: self.zookeeper_cert.clone(),
             zookeeper_key: self.zookeeper_key.clone(),
+            allow_cleartext_credentials: self.allow_cleartext_credentials,
             datacenter_id: self.datacenter_id.clone(),
             worker_id: self.worker_id.clone(),
             max_clock_step_ms: max_clock_step_ms.cloned(),

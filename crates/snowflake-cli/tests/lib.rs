@@ -18,6 +18,7 @@ mod listen;
 mod previous_release;
 mod prometheus;
 mod resp;
+mod secrets;
 mod serve;
 mod slow_clients;
 mod stalled_disk;

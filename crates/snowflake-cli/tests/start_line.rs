@@ -51,6 +51,7 @@ fn a_fleet_node_names_its_coordinator_and_no_secret() {
     let dir = temp_dir();
     let node = Serve::new(dir.path())
         .args(["--zookeeper", &zk.connect_string()])
+        .arg("--allow-cleartext-credentials")
         .arg("--zookeeper-auth-file")
         .arg(&auth)
         .start();

@@ -61,6 +61,21 @@ impl Serve {
         .env("SNOWFLAKE_THRIFT_ADDR", "127.0.0.1:0")
     }
 
+    /// `snowflake WORDS…` (another subcommand, e.g. `pg-keeper` or `state show`), with no flag
+    /// and no environment added.
+    pub fn subcommand<I, S>(words: I) -> Serve
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<OsString>,
+    {
+        Serve {
+            args: words.into_iter().map(Into::into).collect(),
+            envs: Vec::new(),
+            wrapper: Vec::new(),
+            program: None,
+        }
+    }
+
     /// Appends one argument.
     pub fn arg(mut self, arg: impl Into<OsString>) -> Serve {
         self.args.push(arg.into());

@@ -270,6 +270,7 @@ fn with_a_digest_identity_others_read_the_2010_layout_but_cannot_change_it() {
     let identity = auth_file(secrets.path(), "zk-auth", "snowflake:zk-pass-7");
     let (a_dir, b_dir, c_dir) = (temp_dir(), temp_dir(), temp_dir());
     let a = zk_node_with_session(&zk, a_dir.path(), 4000)
+        .arg("--allow-cleartext-credentials")
         .arg("--zookeeper-auth-file")
         .arg(&identity)
         .start();
@@ -305,6 +306,7 @@ fn with_a_digest_identity_others_read_the_2010_layout_but_cannot_change_it() {
 
     // Another node with the same identity joins the fleet under the protected parents.
     let b = zk_node_with_session(&zk, b_dir.path(), 4000)
+        .arg("--allow-cleartext-credentials")
         .arg("--zookeeper-auth-file")
         .arg(&identity)
         .start();
@@ -315,6 +317,7 @@ fn with_a_digest_identity_others_read_the_2010_layout_but_cannot_change_it() {
     let wrong = auth_file(secrets.path(), "zk-wrong", "snowflake:not-it");
     let c = zk_node_with_session(&zk, c_dir.path(), 4000)
         .args(["--claim-timeout-secs", "2"])
+        .arg("--allow-cleartext-credentials")
         .arg("--zookeeper-auth-file")
         .arg(&wrong)
         .run_to_exit();
@@ -427,6 +430,7 @@ fn a_node_registers_over_tls_and_without_a_client_certificate_is_refused() {
             "--claim-timeout-secs",
             "3",
         ])
+        .arg("--allow-cleartext-credentials")
         .arg("--zookeeper-auth-file")
         .arg(&identity)
         .run_to_exit();
@@ -471,6 +475,7 @@ fn a_registering_node_narrows_znodes_that_grant_more_than_its_identity() {
     let identity = auth_file(secrets.path(), "zk-auth", "snowflake:zk-pass-7");
     let dir = temp_dir();
     let node = zk_node_with_session(&zk, dir.path(), 4000)
+        .arg("--allow-cleartext-credentials")
         .arg("--zookeeper-auth-file")
         .arg(&identity)
         .start();

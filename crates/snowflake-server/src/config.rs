@@ -429,6 +429,18 @@ pub struct ServeArgs {
     )]
     pub max_peer_skew_ms: Option<String>,
 
+    /// Send coordination credentials over an unencrypted connection: the etcd password of
+    /// --etcd-user to `http://` endpoints, the ZooKeeper digest identity of
+    /// --zookeeper-auth-file without --zookeeper-ca. Refused by default, because anyone on the
+    /// network path could read them and then rewrite or delete the fleet's claims and marks;
+    /// only for a network you trust (loopback, a private link).
+    #[arg(
+        long,
+        env = "SNOWFLAKE_ALLOW_CLEARTEXT_CREDENTIALS",
+        help_heading = "Fleet (etcd)"
+    )]
+    pub allow_cleartext_credentials: bool,
+
     /// Take the worker id from the ordinal at the end of the host name, as a Kubernetes
     /// StatefulSet names its pods (`snowflake-7` → 7).
     #[arg(
@@ -1091,6 +1103,7 @@ impl Config {
                 }
             }
         }
+        refuse_cleartext_credentials(args, &src, &config)?;
         if config.http_addr.is_none()
             && config.grpc_addr.is_none()
             && config.thrift_addr.is_none()
@@ -1104,6 +1117,73 @@ impl Config {
         }
         Ok(config)
     }
+}
+
+/// Refuses credentials that would cross the network unencrypted (an etcd password to an
+/// `http://` endpoint, a ZooKeeper digest identity without TLS) unless
+/// `--allow-cleartext-credentials` says the network is trusted.
+fn refuse_cleartext_credentials(
+    args: &ServeArgs,
+    src: &Sources<'_>,
+    config: &Config,
+) -> Result<(), ConfigError> {
+    let flag = args.allow_cleartext_credentials.then(|| "true".to_owned());
+    let allowed = match src.pick(
+        flag.as_deref(),
+        "allow-cleartext-credentials",
+        "allow_cleartext_credentials",
+    ) {
+        Some((text, name)) => match text.as_str() {
+            "true" => true,
+            "false" => false,
+            _ => {
+                return Err(ConfigError::invalid(
+                    &name,
+                    format!("expected true or false, found {text:?}"),
+                ));
+            }
+        },
+        None => false,
+    };
+    if allowed {
+        return Ok(());
+    }
+    const WAY_OUT: &str = "or, only on a network you trust, pass --allow-cleartext-credentials \
+        (SNOWFLAKE_ALLOW_CLEARTEXT_CREDENTIALS=true, allow_cleartext_credentials = true in the \
+        config file)";
+    if let Some(etcd) = &config.etcd
+        && let Some(auth) = &etcd.auth
+    {
+        let plain: Vec<&str> = etcd
+            .endpoints
+            .iter()
+            .filter(|e| e.starts_with("http://"))
+            .map(String::as_str)
+            .collect();
+        if !plain.is_empty() {
+            return Err(ConfigError(format!(
+                "refusing to send the etcd password of --etcd-user {:?} in cleartext to {}: \
+                 anyone on the network path could read it and then rewrite or delete the \
+                 fleet's claims and marks (duplicate IDs). Use https:// endpoints with \
+                 --etcd-ca, {WAY_OUT}",
+                auth.user,
+                plain.join(",")
+            )));
+        }
+    }
+    if let Some(zookeeper) = &config.zookeeper
+        && zookeeper.auth.is_some()
+        && zookeeper.tls.is_none()
+    {
+        return Err(ConfigError(format!(
+            "refusing to send the ZooKeeper digest identity of --zookeeper-auth-file in cleartext \
+             to {}: anyone on the network path could read it and then rewrite or delete the \
+             fleet's znodes and marks (duplicate IDs). Use ZooKeeper's secure client port with \
+             --zookeeper-ca (and --zookeeper-cert/--zookeeper-key), {WAY_OUT}",
+            zookeeper.servers.join(",")
+        )));
+    }
+    Ok(())
 }
 
 /// `--tls-cert`, `--tls-key`, `--tls-client-ca`: all paths, the key and the certificate
@@ -1399,6 +1479,7 @@ const FILE_KEYS: &[&str] = &[
     "zookeeper_session_timeout_ms",
     "max_peer_skew_ms",
     "worker_id_from_hostname",
+    "allow_cleartext_credentials",
     "hostname",
     "worker_id_map",
 ];
