@@ -1,9 +1,9 @@
 //! Secrets and access (issue 28): credentials never sent in the clear (an etcd password over
 //! `http://` and a ZooKeeper digest identity without TLS are refused before anything connects,
 //! by `serve`, `pg-keeper` and the state tools alike, unless `--allow-cleartext-credentials`
-//! says the network is trusted).
+//! says the network is trusted), and the admin listener's status page can be turned off.
 
-use crate::support::{Finished, Serve, assert_exit, temp_dir};
+use crate::support::{Finished, Serve, assert_exit, get, temp_dir};
 use std::path::{Path, PathBuf};
 
 /// An etcd endpoint nothing listens on: a node that got past its settings fails to claim.
@@ -137,3 +137,54 @@ fn the_operator_tools_and_pg_keeper_refuse_cleartext_credentials_too() {
     trusted.wait_exit(std::time::Duration::from_secs(10));
 }
 
+#[test]
+fn the_admin_listener_can_leave_out_the_status_page_and_keep_probes_and_metrics() {
+    let dir = temp_dir();
+    let page_routes = ["/", "/status.js", "/v1/status"];
+    let probes = ["/healthz", "/readyz", "/metrics"];
+    // By default the admin listener serves the page and /v1/status too.
+    let node = Serve::new(dir.path())
+        .args(["--admin-addr", "127.0.0.1:0"])
+        .start();
+    let admin = node.admin_addr();
+    for path in page_routes.iter().chain(&probes) {
+        assert_eq!(get(admin, path).status, 200, "{path} on the admin listener");
+    }
+    assert_exit(&node.stop_with("TERM"), 0);
+    // Off (flag, environment): 404 for the page and /v1/status there, probes and metrics as
+    // before; the HTTP listener keeps its page.
+    for off in [
+        Serve::new(dir.path()).args(["--admin-addr", "127.0.0.1:0", "--admin-status-page", "off"]),
+        Serve::new(dir.path())
+            .args(["--admin-addr", "127.0.0.1:0"])
+            .env("SNOWFLAKE_ADMIN_STATUS_PAGE", "off"),
+    ] {
+        let node = off.start();
+        let admin = node.admin_addr();
+        for path in page_routes {
+            let response = get(admin, path);
+            assert_eq!(response.status, 404, "{path} on the admin listener");
+            // Its 404 lists only what it serves.
+            assert!(
+                response
+                    .body
+                    .contains(r#"routes: /healthz, /readyz, /metrics"}"#),
+                "{}",
+                response.body
+            );
+        }
+        for path in probes {
+            assert_eq!(get(admin, path).status, 200, "{path} on the admin listener");
+        }
+        assert_eq!(node.get("/v1/status").status, 200, "the HTTP listener's");
+        assert_exit(&node.stop_with("TERM"), 0);
+    }
+    // A bad value names the setting and what is valid.
+    let bad = Serve::new(dir.path())
+        .args(["--admin-addr", "127.0.0.1:0", "--admin-status-page", "maybe"])
+        .run_to_exit();
+    assert_exit(&bad, 2);
+    for needle in ["--admin-status-page", "on or off", "maybe"] {
+        assert!(bad.stderr.contains(needle), "{needle:?}: {}", bad.stderr);
+    }
+}

@@ -91,6 +91,13 @@ pub struct ServeArgs {
     #[arg(long, env = "SNOWFLAKE_ADMIN_ADDR", value_name = "ADDR")]
     pub admin_addr: Option<String>,
 
+    /// Whether the admin listener serves the status page (`/`, `/status.js`) and `/v1/status`,
+    /// which show the fleet's holders, their hosts, pids and addresses: `on` or `off`
+    /// [default: on]. Off, they answer 404 there; probes and metrics stay, and the HTTP
+    /// listener keeps its page.
+    #[arg(long, env = "SNOWFLAKE_ADMIN_STATUS_PAGE", value_name = "on|off")]
+    pub admin_status_page: Option<String>,
+
     /// Certificate chain (PEM) for HTTPS on the HTTP address and gRPC over TLS on the gRPC
     /// address; needs --tls-key. Renewed files are picked up without a restart. Thrift stays
     /// plaintext.
@@ -516,6 +523,8 @@ pub struct Config {
     pub thrift_max_frame_bytes: usize,
     /// The admin listener (health, readiness, metrics, status page); `None` when off.
     pub admin_addr: Option<SocketAddr>,
+    /// Whether the admin listener serves the status page and `/v1/status`.
+    pub admin_status_page: bool,
     /// The RESP listener; `None` when off.
     pub resp_addr: Option<SocketAddr>,
     /// What one RESP request may hold.
@@ -580,6 +589,7 @@ impl Config {
             grpc_max_concurrent_streams: 100,
             thrift_max_frame_bytes: 65_536,
             admin_addr: None,
+            admin_status_page: true,
             resp_addr: None,
             resp_limits: crate::resp::parse::Limits::default(),
             tls: None,
@@ -669,6 +679,22 @@ impl Config {
         if let Some((text, name)) = src.pick(args.admin_addr.as_deref(), "admin-addr", "admin_addr")
         {
             config.admin_addr = parse_addr(&text).map_err(|e| ConfigError::invalid(&name, e))?;
+        }
+        if let Some((text, name)) = src.pick(
+            args.admin_status_page.as_deref(),
+            "admin-status-page",
+            "admin_status_page",
+        ) {
+            config.admin_status_page = match text.as_str() {
+                "on" => true,
+                "off" => false,
+                _ => {
+                    return Err(ConfigError::invalid(
+                        &name,
+                        format!("expected on or off, found {text:?}"),
+                    ));
+                }
+            };
         }
         if let Some((text, name)) = src.pick(args.resp_addr.as_deref(), "resp-addr", "resp_addr") {
             config.resp_addr = parse_addr(&text).map_err(|e| ConfigError::invalid(&name, e))?;
@@ -1436,6 +1462,7 @@ const FILE_KEYS: &[&str] = &[
     "resp_max_args",
     "resp_max_inline_bytes",
     "admin_addr",
+    "admin_status_page",
     "tls_cert",
     "tls_key",
     "tls_client_ca",

@@ -112,7 +112,7 @@ pub fn router(node: Arc<Node>) -> Router {
             );
     let all = Timed::all(&node);
     let listed = routes().collect::<Vec<_>>().join(", ");
-    probe_routes(router, &node, listed)
+    probe_routes(router, &node, listed, true)
         .method_not_allowed_fallback(
             move |State(node): State<Arc<Node>>, method: Method, uri: Uri| async move {
                 let started = Instant::now();
@@ -127,35 +127,56 @@ pub fn router(node: Arc<Node>) -> Router {
         .with_state(node)
 }
 
-/// The admin listener's routes (`--admin-addr`): health, readiness, metrics and the status
-/// page, the same answers as on the HTTP listener; its 404 lists only these.
-pub fn admin_router(node: Arc<Node>) -> Router {
-    probe_routes(Router::new(), &node, PROBE_ROUTES.join(", "))
+/// The routes of the status page (and its JSON), which `--admin-status-page off` leaves out
+/// of the admin listener.
+const STATUS_PAGE_ROUTES: &[&str] = &["/", "/status.js", "/v1/status"];
+
+/// The admin listener's routes (`--admin-addr`): health, readiness, metrics and, with
+/// `status_page`, the status page, the same answers as on the HTTP listener; its 404 lists
+/// only the routes it serves.
+pub fn admin_router(node: Arc<Node>, status_page: bool) -> Router {
+    let listed: Vec<&str> = PROBE_ROUTES
+        .iter()
+        .copied()
+        .filter(|route| status_page || !STATUS_PAGE_ROUTES.contains(route))
+        .collect();
+    probe_routes(Router::new(), &node, listed.join(", "), status_page)
         .layer(RequestBodyLimitLayer::new(MAX_BODY_BYTES))
         .with_state(node)
 }
 
-/// The routes both listeners serve (health, readiness, metrics and the status page), and the
-/// answer to every other path: a 404 that lists `listed`, the listener's own routes.
-fn probe_routes(router: Router<Arc<Node>>, node: &Node, listed: String) -> Router<Arc<Node>> {
+/// The routes both listeners serve (health, readiness, metrics and, with `status_page`, the
+/// status page), and the answer to every other path: a 404 that lists `listed`, the
+/// listener's own routes.
+fn probe_routes(
+    router: Router<Arc<Node>>,
+    node: &Node,
+    listed: String,
+    status_page: bool,
+) -> Router<Arc<Node>> {
     let listed: Arc<str> = listed.into();
-    let page = Timed::new(node, "/");
     let unmatched = Timed::new(node, "unmatched");
+    let router = if status_page {
+        let page = Timed::new(node, "/");
+        router
+            .route(
+                "/",
+                get(
+                    move |State(node): State<Arc<Node>>,
+                          query: Result<Query<PageQuery>, QueryRejection>| async move {
+                        let started = Instant::now();
+                        let decode = query.ok().and_then(|Query(q)| q.decode);
+                        let body = status::page(&node, decode.as_deref());
+                        page.done(&node, started, html(body))
+                    },
+                ),
+            )
+            .route("/status.js", node_get(node, "/status.js", |_| script()))
+            .route("/v1/status", node_get(node, "/v1/status", status_json))
+    } else {
+        router
+    };
     router
-        .route(
-            "/",
-            get(
-                move |State(node): State<Arc<Node>>,
-                      query: Result<Query<PageQuery>, QueryRejection>| async move {
-                    let started = Instant::now();
-                    let decode = query.ok().and_then(|Query(q)| q.decode);
-                    let body = status::page(&node, decode.as_deref());
-                    page.done(&node, started, html(body))
-                },
-            ),
-        )
-        .route("/status.js", node_get(node, "/status.js", |_| script()))
-        .route("/v1/status", node_get(node, "/v1/status", status_json))
         .route(
             "/healthz",
             node_get(node, "/healthz", |_| {
@@ -528,7 +549,7 @@ pub async fn serve_admin(
     config: &Config,
     shutdown: watch::Receiver<bool>,
 ) {
-    let router = admin_router(Arc::clone(&node));
+    let router = admin_router(Arc::clone(&node), config.admin_status_page);
     serve_as("admin", listener, node, router, config, None, shutdown).await;
 }
 
