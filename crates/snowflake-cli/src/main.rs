@@ -455,7 +455,17 @@ fn serve(args: &ServeArgs, layout: &LayoutArgs) -> ExitCode {
         }
     };
     let result = runtime.block_on(async {
-        let shutdown = shutdown_signal()?;
+        // The first SIGTERM or SIGINT stops the node at any point: while it claims its pair
+        // (which may retry for --claim-timeout-secs) as well as while it serves.
+        let signal = shutdown_signal()?;
+        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+        tokio::spawn(async move {
+            signal.await;
+            let _ = stop_tx.send(true);
+        });
+        let stopped = |mut stop: tokio::sync::watch::Receiver<bool>| async move {
+            let _ = stop.wait_for(|stopped| *stopped).await;
+        };
         if snowflake_server::CAMPAIGN_BUG_BUILD {
             tracing::error!(
                 "this is the fault campaign's self-test build (--cfg snowflake_campaign_bug): it \
@@ -488,19 +498,29 @@ fn serve(args: &ServeArgs, layout: &LayoutArgs) -> ExitCode {
             .collect(),
         };
         let layout = config.layout;
-        let node = snowflake_fleet::connect(
+        let connected = snowflake_fleet::connect(
             coordination.as_ref(),
             &layout,
             request,
             &applicant,
             clock.as_ref(),
+            stopped(stop_rx.clone()),
             |pair, coordinator| {
                 config.datacenter_id = pair.datacenter_id;
                 config.worker_id = pair.worker_id;
                 Node::with_coordinator(&config, Arc::clone(&clock), anchor, coordinator)
             },
         )
-        .await?;
+        .await;
+        let node = match connected {
+            Ok(node) => node,
+            // A signal during the claim: a graceful stop (what was held is given back).
+            Err(err) if err.stopped() => {
+                tracing::info!("stopped before serving: {err}");
+                return anyhow::Ok(());
+            }
+            Err(err) => return Err(err.into()),
+        };
         let tls = match &listeners.tls {
             None => "off",
             Some(tls) if tls.mutual() => "mutual",
@@ -521,7 +541,7 @@ fn serve(args: &ServeArgs, layout: &LayoutArgs) -> ExitCode {
         if let Some(addr) = listeners.thrift_addr() {
             tracing::info!(%addr, "thrift listening");
         }
-        snowflake_server::run(node, &config, listeners, shutdown).await?;
+        snowflake_server::run(node, &config, listeners, stopped(stop_rx)).await?;
         anyhow::Ok(())
     });
     match result {

@@ -23,6 +23,7 @@ mod serve;
 mod slow_clients;
 mod stalled_disk;
 mod start_line;
+mod start_signals;
 mod state_tool;
 mod support;
 mod systemd;

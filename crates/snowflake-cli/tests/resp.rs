@@ -230,7 +230,13 @@ fn hello_auth_and_auth_are_refused_alike_never_a_false_login() {
     // redis-cli with a password is told so too.
     let out = Command::new("redis-cli")
         .args(["-h", "127.0.0.1", "-p", &addr.port().to_string()])
-        .args(["--user", "default", "--pass", "hunter2", "--no-auth-warning"])
+        .args([
+            "--user",
+            "default",
+            "--pass",
+            "hunter2",
+            "--no-auth-warning",
+        ])
         .args(["PING"])
         .output()
         .unwrap();

@@ -63,7 +63,9 @@ fn serve_refuses_an_etcd_password_over_http_unless_the_network_is_trusted() {
         let finished = trusted.run_to_exit();
         assert_exit(&finished, 1);
         assert!(
-            finished.stderr.contains("cannot claim a worker id from etcd"),
+            finished
+                .stderr
+                .contains("cannot claim a worker id from etcd"),
             "{}",
             finished.stderr
         );
@@ -111,7 +113,15 @@ fn the_operator_tools_and_pg_keeper_refuse_cleartext_credentials_too() {
         .run_to_exit();
     refused_cleartext(&show, 1, DEAD_ETCD);
     let lower = etcd(&["state", "lower-mark"])
-        .args(["--datacenter-id", "0", "--worker-id", "0", "--to", "1", "--yes"])
+        .args([
+            "--datacenter-id",
+            "0",
+            "--worker-id",
+            "0",
+            "--to",
+            "1",
+            "--yes",
+        ])
         .run_to_exit();
     refused_cleartext(&lower, 1, DEAD_ETCD);
     let zookeeper = Serve::subcommand(["state", "show"])
@@ -124,12 +134,18 @@ fn the_operator_tools_and_pg_keeper_refuse_cleartext_credentials_too() {
     refused_cleartext(&zookeeper, 1, "--zookeeper-auth-file");
     // pg-keeper: a settings error (exit 2), before the database or etcd is dialled.
     let keeper = etcd(&["pg-keeper"])
-        .args(["--postgres", "host=127.0.0.1 port=1 user=postgres dbname=app"])
+        .args([
+            "--postgres",
+            "host=127.0.0.1 port=1 user=postgres dbname=app",
+        ])
         .run_to_exit();
     refused_cleartext(&keeper, 2, DEAD_ETCD);
     // Trusted: pg-keeper gets past its settings (and waits for the database: stopped here).
     let mut trusted = etcd(&["pg-keeper"])
-        .args(["--postgres", "host=127.0.0.1 port=1 user=postgres dbname=app"])
+        .args([
+            "--postgres",
+            "host=127.0.0.1 port=1 user=postgres dbname=app",
+        ])
         .env("SNOWFLAKE_ALLOW_CLEARTEXT_CREDENTIALS", "true")
         .spawn();
     trusted.wait_for_line("pg-keeper starting");
@@ -181,7 +197,12 @@ fn the_admin_listener_can_leave_out_the_status_page_and_keep_probes_and_metrics(
     }
     // A bad value names the setting and what is valid.
     let bad = Serve::new(dir.path())
-        .args(["--admin-addr", "127.0.0.1:0", "--admin-status-page", "maybe"])
+        .args([
+            "--admin-addr",
+            "127.0.0.1:0",
+            "--admin-status-page",
+            "maybe",
+        ])
         .run_to_exit();
     assert_exit(&bad, 2);
     for needle in ["--admin-status-page", "on or off", "maybe"] {

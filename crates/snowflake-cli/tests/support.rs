@@ -361,7 +361,7 @@ impl ServeProcess {
     }
 
     /// Collects the output of an exited process.
-    fn finish(&mut self, status: ExitStatus) -> Finished {
+    pub fn finish(&mut self, status: ExitStatus) -> Finished {
         // The pipes close when the process exits, so both readers end promptly.
         if let Some(reader) = self.stderr_reader.take() {
             let _ = reader.join();

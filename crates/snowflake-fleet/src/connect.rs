@@ -153,6 +153,17 @@ pub enum ConnectError<E> {
     Open(E),
 }
 
+impl<E> ConnectError<E> {
+    /// Whether a signal stopped the claim or the registration (nothing is held then).
+    pub fn stopped(&self) -> bool {
+        matches!(
+            self,
+            ConnectError::Claim(ClaimError::Stopped)
+                | ConnectError::Register(RegisterError::Stopped)
+        )
+    }
+}
+
 /// Joins the fleet of `coordination` (or none) and opens the issuer on the pair it got.
 ///
 /// Without a coordinator, `open` gets the requested pair and no coordinator. With one, the
@@ -160,12 +171,16 @@ pub enum ConnectError<E> {
 /// ZooKeeper: the 2010 peer checks, then its Thrift address registered), then `open` gets the
 /// claimed pair and the coordinator; if it fails, the pair is released at once (nothing was
 /// issued) rather than at lease expiry. `clock` dates the claim and times the peer checks.
+/// When `stop` completes first (a signal), the claim or registration is given up at once and
+/// what it held given back: the answer is then an error for which
+/// [`ConnectError::stopped`] holds.
 pub async fn connect<T, E>(
     coordination: Option<&Coordination>,
     layout: &Layout,
     request: PairRequest,
     applicant: &Applicant,
     clock: &dyn Clock,
+    stop: impl Future<Output = ()>,
     open: impl FnOnce(Pair, Option<Arc<dyn Coordinator>>) -> Result<T, E>,
 ) -> Result<T, ConnectError<E>> {
     let asked = Pair {
@@ -195,8 +210,15 @@ pub async fn connect<T, E>(
                 worker_id = ?worker_id,
                 "claiming a worker id from etcd"
             );
-            let lease =
-                EtcdLease::claim(etcd, layout, request.datacenter_id, worker_id, &holder).await?;
+            let lease = EtcdLease::claim_until(
+                etcd,
+                layout,
+                request.datacenter_id,
+                worker_id,
+                &holder,
+                stop,
+            )
+            .await?;
             let pair = Pair {
                 datacenter_id: lease.datacenter_id(),
                 worker_id: lease.worker_id(),
@@ -215,13 +237,14 @@ pub async fn connect<T, E>(
                 %data,
                 "registering a worker id in ZooKeeper"
             );
-            let registration = ZooKeeperRegistration::register(
+            let registration = ZooKeeperRegistration::register_until(
                 zookeeper,
                 layout,
                 request.datacenter_id,
                 worker_id,
                 data,
                 clock,
+                stop,
             )
             .await?;
             let pair = Pair {
@@ -323,6 +346,7 @@ mod tests {
             request,
             &applicant(None),
             &ManualClock::new(0),
+            std::future::pending(),
             |pair, coordinator| {
                 assert!(coordinator.is_none());
                 Ok::<_, std::io::Error>(pair)
@@ -337,6 +361,7 @@ mod tests {
             request,
             &applicant(None),
             &ManualClock::new(0),
+            std::future::pending(),
             |_, _| Err::<(), _>(std::io::Error::other("state dir locked")),
         )
         .await;

@@ -213,18 +213,22 @@ async fn claim(
         listeners: Vec::new(),
     };
     let coordination = Coordination::Etcd(settings.etcd.clone());
-    let claimed = tokio::select! {
-        claimed = snowflake_fleet::connect(
-            Some(&coordination),
-            &identity.layout,
-            request,
-            &applicant,
-            clock,
-            |_, coordinator| Ok::<_, Infallible>(coordinator),
-        ) => claimed,
-        _ = stop.wait_for(|s| *s) => return Ok(None),
+    // A stop gives the claim up and revokes the lease it was granted.
+    let stopped = async move {
+        let _ = stop.wait_for(|s| *s).await;
     };
+    let claimed = snowflake_fleet::connect(
+        Some(&coordination),
+        &identity.layout,
+        request,
+        &applicant,
+        clock,
+        stopped,
+        |_, coordinator| Ok::<_, Infallible>(coordinator),
+    )
+    .await;
     match claimed {
+        Err(err) if err.stopped() => Ok(None),
         Ok(Some(coordinator)) => {
             tracing::info!(pair = %identity, lease = ?coordinator.info().lease_id, "claimed the database's pair in etcd");
             Ok(Some(coordinator))

@@ -103,6 +103,9 @@ pub enum ClaimError {
     /// The fleet records another layout (or one that cannot be read).
     #[error(transparent)]
     Layout(#[from] LayoutMismatch),
+    /// A signal stopped the process while it was claiming (the lease was revoked).
+    #[error("stopped (SIGTERM or SIGINT) while claiming a pair from etcd; nothing is held")]
+    Stopped,
     /// The pair's mark in etcd cannot be read; issuing without it could repeat a predecessor's
     /// IDs.
     #[error(
@@ -196,6 +199,21 @@ impl EtcdLease {
         worker_id: Option<u64>,
         holder: &Holder,
     ) -> Result<EtcdLease, ClaimError> {
+        let never = std::future::pending();
+        EtcdLease::claim_until(config, layout, datacenter_id, worker_id, holder, never).await
+    }
+
+    /// [`EtcdLease::claim`], given up as soon as `stop` completes (a signal): the lease granted
+    /// for the claim is revoked then (which deletes a claim key put under it), and the answer
+    /// is [`ClaimError::Stopped`].
+    pub async fn claim_until(
+        config: &EtcdConfig,
+        layout: &Layout,
+        datacenter_id: u64,
+        worker_id: Option<u64>,
+        holder: &Holder,
+        stop: impl Future<Output = ()>,
+    ) -> Result<EtcdLease, ClaimError> {
         let client = EtcdClient::new(
             &config.endpoints,
             config.tls.as_ref(),
@@ -220,8 +238,9 @@ impl EtcdLease {
         // taken after all (`take_ahead`) when none is.
         let mut ahead: Vec<u64> = Vec::new();
         let mut take_ahead = false;
-        loop {
-            let result: Result<Option<Won>, ClaimError> = async {
+        let rounds = async {
+            loop {
+                let result: Result<Option<Won>, ClaimError> = async {
                 // A lease older than half its TTL may lapse before the claim lands: take a new one.
                 if let Some(granted) = lease
                     && granted.sent.elapsed() > Duration::from_secs(granted.ttl_secs) / 2
@@ -393,73 +412,100 @@ impl EtcdLease {
                 }
             }
             .await;
-            match result {
-                Ok(Some(Won { worker_id: w, mark })) => {
-                    let granted = lease.expect("a lease was granted");
-                    let until = held_until(granted.sent, granted.ttl_secs);
-                    let keys = Keys::new(&config.prefix, datacenter_id, w);
-                    tracing::info!(
-                        datacenter_id,
-                        worker_id = w,
-                        lease = %format!("{:x}", granted.id),
-                        ttl_secs = granted.ttl_secs,
-                        key = %keys.claim,
-                        takeover_mark_ms = mark.floor_ms,
-                        "claimed the pair in etcd"
-                    );
-                    let skipped = u64::try_from(ahead.iter().filter(|a| **a != w).count())
-                        .unwrap_or(u64::MAX);
-                    return Ok(EtcdLease {
-                        client,
-                        config: config.clone(),
-                        datacenter_id,
-                        worker_id: w,
-                        claim_key: keys.claim,
-                        mark_key: keys.mark,
-                        holder: holder_json,
-                        layout: *layout,
-                        proof: Proof::new(
-                            Lease {
-                                lease_id: granted.id,
-                                ttl_secs: granted.ttl_secs,
-                                mark_revision: mark.mark_revision,
-                            },
-                            until,
-                            mark.floor_ms,
-                        )
-                        .with_skipped_ahead(skipped),
+                match result {
+                    Ok(Some(Won { worker_id: w, mark })) => {
+                        let granted = lease.expect("a lease was granted");
+                        let skipped = u64::try_from(ahead.iter().filter(|a| **a != w).count())
+                            .unwrap_or(u64::MAX);
+                        return Ok((w, mark, granted, skipped));
+                    }
+                    Ok(None) => {}
+                    Err(ClaimError::Unreachable { last, .. }) => {
+                        // A lease we could not confirm may or may not exist; take a fresh one.
+                        if let Some(granted) = lease.take() {
+                            let _ = client.revoke(granted.id, timeout).await;
+                        }
+                        last_error = last;
+                    }
+                    Err(other) => {
+                        if let Some(granted) = lease.take() {
+                            let _ = client.revoke(granted.id, timeout).await;
+                        }
+                        return Err(other);
+                    }
+                }
+                if Instant::now() >= deadline {
+                    if let Some(granted) = lease.take() {
+                        let _ = client.revoke(granted.id, timeout).await;
+                    }
+                    return Err(ClaimError::Unreachable {
+                        endpoints: config.endpoints.join(","),
+                        waited_secs: waited(started),
+                        last: last_error,
                     });
                 }
-                Ok(None) => {}
-                Err(ClaimError::Unreachable { last, .. }) => {
-                    // A lease we could not confirm may or may not exist; take a fresh one.
-                    if let Some(granted) = lease.take() {
-                        let _ = client.revoke(granted.id, timeout).await;
-                    }
-                    last_error = last;
-                }
-                Err(other) => {
-                    if let Some(granted) = lease.take() {
-                        let _ = client.revoke(granted.id, timeout).await;
-                    }
-                    return Err(other);
-                }
-            }
-            if Instant::now() >= deadline {
-                if let Some(granted) = lease.take() {
-                    let _ = client.revoke(granted.id, timeout).await;
-                }
-                return Err(ClaimError::Unreachable {
-                    endpoints: config.endpoints.join(","),
-                    waited_secs: waited(started),
-                    last: last_error,
-                });
-            }
-            tokio::time::sleep(RETRY_PAUSE.min(deadline.saturating_duration_since(Instant::now())))
+                tokio::time::sleep(
+                    RETRY_PAUSE.min(deadline.saturating_duration_since(Instant::now())),
+                )
                 .await;
-        }
+            }
+        };
+        // The rounds borrow the lease slot; they are dropped at the end of this block, so a
+        // stop can read it and give the lease back.
+        let outcome = {
+            tokio::pin!(rounds);
+            tokio::select! {
+                result = &mut rounds => Some(result),
+                () = stop => None,
+            }
+        };
+        let Some(result) = outcome else {
+            if let Some(granted) = lease.take() {
+                let _ = client
+                    .revoke(granted.id, timeout.min(STOP_REVOKE_TIMEOUT))
+                    .await;
+            }
+            tracing::info!(datacenter_id, "stopped while claiming a pair from etcd");
+            return Err(ClaimError::Stopped);
+        };
+        let (w, mark, granted, skipped) = result?;
+        let until = held_until(granted.sent, granted.ttl_secs);
+        let keys = Keys::new(&config.prefix, datacenter_id, w);
+        tracing::info!(
+            datacenter_id,
+            worker_id = w,
+            lease = %format!("{:x}", granted.id),
+            ttl_secs = granted.ttl_secs,
+            key = %keys.claim,
+            takeover_mark_ms = mark.floor_ms,
+            "claimed the pair in etcd"
+        );
+        Ok(EtcdLease {
+            client,
+            config: config.clone(),
+            datacenter_id,
+            worker_id: w,
+            claim_key: keys.claim,
+            mark_key: keys.mark,
+            holder: holder_json,
+            layout: *layout,
+            proof: Proof::new(
+                Lease {
+                    lease_id: granted.id,
+                    ttl_secs: granted.ttl_secs,
+                    mark_revision: mark.mark_revision,
+                },
+                until,
+                mark.floor_ms,
+            )
+            .with_skipped_ahead(skipped),
+        })
     }
 }
+
+/// How long a claim stopped by a signal waits for etcd to revoke its lease, at most (the lease
+/// lapses by itself after its TTL otherwise): the stop stays prompt when etcd is out of reach.
+const STOP_REVOKE_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// What one claim transaction claims with.
 #[derive(Debug, Clone, Copy)]

@@ -23,6 +23,10 @@ use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 use zookeeper_client as zk;
 
+/// How long a registration stopped by a signal waits for ZooKeeper to confirm its session
+/// closed, at most (the session expires by itself otherwise).
+const STOP_CLOSE_TIMEOUT: Duration = Duration::from_secs(1);
+
 /// How many times a registrant reads the mark again when another write got in between its read
 /// and its compare-and-set (a previous holder still writing, or an operator).
 const CLAIM_ATTEMPTS: usize = 10;
@@ -74,6 +78,11 @@ pub enum RegisterError {
     /// A peer failed the 2010 sanity checks.
     #[error("peer check failed: {0}")]
     Peer(String),
+    /// A signal stopped the process while it was registering (its session was closed).
+    #[error(
+        "stopped (SIGTERM or SIGINT) while registering a worker id in ZooKeeper; nothing is held"
+    )]
+    Stopped,
     /// The worker's mark cannot be used.
     #[error(
         "the high-water mark of worker {worker_id} in ZooKeeper ({path}) is unusable: {reason}; \
@@ -373,6 +382,87 @@ impl ZooKeeperRegistration {
         data: String,
         clock: &dyn Clock,
     ) -> Result<ZooKeeperRegistration, RegisterError> {
+        let never = std::future::pending();
+        ZooKeeperRegistration::register_until(
+            config,
+            layout,
+            datacenter_id,
+            worker_id,
+            data,
+            clock,
+            never,
+        )
+        .await
+    }
+
+    /// [`ZooKeeperRegistration::register`], given up as soon as `stop` completes (a signal):
+    /// the session opened for it is closed then (which removes a znode it created), and the
+    /// answer is [`RegisterError::Stopped`].
+    pub async fn register_until(
+        config: &ZooKeeperConfig,
+        layout: &Layout,
+        datacenter_id: u64,
+        worker_id: Option<u64>,
+        data: String,
+        clock: &dyn Clock,
+        stop: impl Future<Output = ()>,
+    ) -> Result<ZooKeeperRegistration, RegisterError> {
+        // A handle on the session the rounds use, to close it when stopped.
+        let session = std::sync::Mutex::new(None);
+        let outcome = {
+            let rounds = ZooKeeperRegistration::register_rounds(
+                config,
+                layout,
+                datacenter_id,
+                worker_id,
+                data,
+                clock,
+                &session,
+            );
+            tokio::pin!(rounds);
+            tokio::select! {
+                result = &mut rounds => Some(result),
+                () = stop => None,
+            }
+        };
+        let kept = session.lock().map(|mut s| s.take()).unwrap_or_default();
+        match outcome {
+            // The registration holds its own handle; ours goes.
+            Some(result) => result,
+            None => {
+                if let Some(client) = kept {
+                    close(Arc::new(client), STOP_CLOSE_TIMEOUT).await;
+                }
+                tracing::info!(
+                    datacenter_id,
+                    "stopped while registering a worker id in ZooKeeper"
+                );
+                Err(RegisterError::Stopped)
+            }
+        }
+    }
+
+    /// The registration's rounds; `session` holds a handle on the session in use (none while
+    /// one is being closed, so that it can close).
+    async fn register_rounds(
+        config: &ZooKeeperConfig,
+        layout: &Layout,
+        datacenter_id: u64,
+        worker_id: Option<u64>,
+        data: String,
+        clock: &dyn Clock,
+        session: &std::sync::Mutex<Option<zk::Client>>,
+    ) -> Result<ZooKeeperRegistration, RegisterError> {
+        let keep = |client: &zk::Client| {
+            if let Ok(mut kept) = session.lock() {
+                *kept = Some(client.clone());
+            }
+        };
+        let forget = || {
+            if let Ok(mut kept) = session.lock() {
+                kept.take();
+            }
+        };
         let started = Instant::now();
         let deadline = started + config.claim_timeout;
         let timeout = call_timeout(config.session_timeout);
@@ -386,6 +476,7 @@ impl ZooKeeperRegistration {
         let mut client = connect(config, connect_timeout)
             .await
             .map_err(unreachable)?;
+        keep(&client);
         for path in [config.path.clone(), config.marks_path()] {
             bounded(
                 timeout,
@@ -526,10 +617,12 @@ impl ZooKeeperRegistration {
                     Ok(Attempt::LayoutMoved) => {
                         // Give the worker back (as for an unusable mark), then check the
                         // record again on the next round.
+                        forget();
                         close(Arc::new(client), timeout).await;
                         client = connect(config, connect_timeout)
                             .await
                             .map_err(unreachable)?;
+                        keep(&client);
                         failed = true;
                         last_error = format!("{} changed while registering", config.layout_path());
                         break;
@@ -538,10 +631,12 @@ impl ZooKeeperRegistration {
                         if created {
                             // Give the worker back: closing the session removes our znode and
                             // nothing else (a delete could remove another session's).
+                            forget();
                             close(Arc::new(client), timeout).await;
                             client = connect(config, connect_timeout)
                                 .await
                                 .map_err(unreachable)?;
+                            keep(&client);
                         }
                         if worker_id.is_some() {
                             return Err(RegisterError::BadMark {
@@ -601,6 +696,7 @@ impl ZooKeeperRegistration {
                 client = connect(config, connect_timeout)
                     .await
                     .map_err(unreachable)?;
+                keep(&client);
             }
             tokio::time::sleep(RETRY_PAUSE.min(deadline.saturating_duration_since(Instant::now())))
                 .await;
