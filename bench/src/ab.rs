@@ -5,7 +5,8 @@
 //! table of every round and the medians, with the candidate's share of the baseline's rate. For
 //! changes on the hot path (a new metric, a new check) that must keep most of the throughput.
 
-use crate::service::{self, RedisTarget, SfServer};
+use crate::server::SfServer;
+use crate::service::{self, RedisTarget};
 use anyhow::{Result, ensure};
 use std::path::Path;
 

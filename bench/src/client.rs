@@ -115,9 +115,9 @@ pub fn rerun(
         Run::new("service", secs, rounds)
     };
     run.measurements.retain(|m| m.group != GROUP);
-    let bin = crate::service::sf_binary(root)?;
+    let bin = crate::server::sf_binary(root)?;
     let work = tempfile::tempdir()?;
-    let server = crate::service::SfServer::start(&bin, work.path())?;
+    let server = crate::server::SfServer::start(&bin, work.path())?;
     for r in 1..=rounds {
         eprintln!("client: round {r}/{rounds}");
         round(&mut run, server.grpc_port, secs, secs * 2.5)?;

@@ -8,6 +8,7 @@ mod lib_bench;
 mod model;
 mod parse;
 mod report;
+mod server;
 mod service;
 mod soak;
 
@@ -225,7 +226,7 @@ fn main() -> Result<()> {
         Cmd::Ab(a) => {
             let candidate = match a.candidate {
                 Some(bin) => bin,
-                None => service::sf_binary(&root())?,
+                None => server::sf_binary(&root())?,
             };
             ab::run(&a.baseline, &candidate, a.rounds, a.secs)
         }

@@ -8,7 +8,8 @@
 //! warm-up to the last one, which is always an HTTP chunk.
 
 use crate::model::{Machine, loadavg};
-use crate::service::{self, SfServer};
+use crate::server::{self, SfServer};
+use crate::service;
 use anyhow::{Context, Result, ensure};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
@@ -201,7 +202,7 @@ pub fn run(root: &Path, minutes: f64, sample_secs: u64) -> Result<Soak> {
     );
     let started = Instant::now();
     service::ensure_wrk()?;
-    let bin = service::sf_binary(root)?;
+    let bin = server::sf_binary(root)?;
     let n = ((minutes * 60.0) / sample_secs as f64).round().max(1.0) as usize;
     let mut soak = Soak {
         machine: Machine::describe(),

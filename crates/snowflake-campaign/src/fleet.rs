@@ -3,6 +3,7 @@
 //! credentials everywhere (see `secure.rs`).
 
 use crate::lab::{Lab, Proc, run};
+use crate::mode::Mode;
 use crate::secure::{EtcdUser, Secure, ZK_SECURE_PORT};
 use anyhow::{Context, bail};
 use std::collections::HashMap;
@@ -29,15 +30,6 @@ const NETTY_JARS: [&str; 3] = [
     "/usr/share/java/netty-transport-native-unix-common.jar",
 ];
 
-/// Where the nodes keep their worker ids.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Mode {
-    /// A 3-member etcd cluster: leases, claim keys, marks.
-    Etcd,
-    /// A 3-server ZooKeeper ensemble: ephemeral znodes, mark znodes (the 2010 layout).
-    Zookeeper,
-}
 /// Lease TTL of the nodes: short, so that takeovers happen within a campaign.
 pub const LEASE_TTL_SECS: u64 = 3;
 /// How long a forward clock step must hold before a node trusts it.

@@ -13,6 +13,7 @@ mod clients;
 mod faults;
 mod fleet;
 mod lab;
+mod mode;
 mod rng;
 mod secure;
 
@@ -43,7 +44,7 @@ struct Args {
     duration_secs: u64,
     /// Where the nodes keep their worker ids: a 3-member etcd, or a 3-server ZooKeeper.
     #[arg(long, value_enum, default_value = "etcd")]
-    mode: fleet::Mode,
+    mode: mode::Mode,
     /// `snowflake serve` nodes, 5..=20.
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(5..=20))]
     nodes: u64,

@@ -17,7 +17,7 @@
 //! - **The nodes**: HTTPS and gRPC over TLS with mutual TLS (`--tls-client-ca`), RESP over TLS
 //!   (the same flags), Thrift plaintext (2010 clients); probes go to `--admin-addr`.
 
-use crate::fleet::Mode;
+use crate::mode::Mode;
 use anyhow::Context;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};

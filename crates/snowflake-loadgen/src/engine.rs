@@ -5,6 +5,7 @@
 use crate::config::BenchConfig;
 use crate::error::{Error, describe_io};
 use crate::pace::{Schedule, Timer, TimerHandle};
+use crate::phase::Phase;
 use crate::progress;
 use crate::report::{Report, StopReason};
 use crate::stats::{Live, Stats};
@@ -141,17 +142,6 @@ impl Failure {
     pub(crate) fn reconnects(&self) -> bool {
         self.reconnect
     }
-}
-
-/// Where the run is; every connection task watches it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Phase {
-    /// Requests are sent but not recorded.
-    Warmup,
-    /// Requests are recorded (and counted against the budget).
-    Measure,
-    /// Tasks abandon what they are doing and return their stats.
-    Stop,
 }
 
 /// State shared by every connection task.

@@ -51,6 +51,7 @@ mod error;
 mod grpc;
 mod http;
 mod pace;
+mod phase;
 mod progress;
 mod report;
 mod stats;

@@ -1,6 +1,6 @@
 //! The once-a-second progress line on stderr.
 
-use crate::engine::Phase;
+use crate::phase::Phase;
 use crate::stats::Live;
 use std::io::{self, Write};
 use std::sync::Arc;

@@ -1,7 +1,7 @@
 //! Prometheus metrics, all named `snowflake_…`, with bounded label sets.
 
 use crate::latency::{Histogram, Latencies, LatencyCollector, RouteLatencies};
-use crate::node::{NodeShared, Protocol};
+use crate::node::readiness::{NOT_READY_REASONS, NodeShared};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
 use prometheus_client::metrics::counter::{ConstCounter, Counter};
@@ -9,6 +9,39 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::registry::Registry;
 use std::sync::Arc;
+
+/// The front end a request came through; a metrics label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Protocol {
+    /// HTTP/JSON.
+    Http,
+    /// gRPC.
+    Grpc,
+    /// The 2010 Thrift protocol.
+    Thrift,
+    /// The Redis protocol (RESP2/RESP3).
+    Resp,
+}
+
+impl Protocol {
+    /// Every front end.
+    pub const ALL: [Protocol; 4] = [
+        Protocol::Http,
+        Protocol::Grpc,
+        Protocol::Thrift,
+        Protocol::Resp,
+    ];
+
+    /// The lowercase label value.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Protocol::Http => "http",
+            Protocol::Grpc => "grpc",
+            Protocol::Thrift => "thrift",
+            Protocol::Resp => "resp",
+        }
+    }
+}
 
 /// Labels of `snowflake_ids_issued_total`.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -436,7 +469,7 @@ impl Collector for NodeCollector {
                 None,
                 prometheus_client::metrics::MetricType::Gauge,
             )?;
-            for reason in crate::node::NOT_READY_REASONS {
+            for reason in NOT_READY_REASONS {
                 let value = i64::from(snapshot.not_ready_reason == Some(reason));
                 let labels = [("reason", reason)];
                 ConstGauge::new(value).encode(family.encode_family(&labels.as_slice())?)?;
