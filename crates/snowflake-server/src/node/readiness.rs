@@ -71,7 +71,7 @@ pub(super) enum Blocker {
 
 impl Blocker {
     /// The reason as a bounded metric label, one of [`NOT_READY_REASONS`].
-    pub(super) fn code(&self) -> &'static str {
+    fn code(&self) -> &'static str {
         match self {
             Blocker::Phase(Phase::Starting) => "starting",
             Blocker::Phase(Phase::WaitingForMark { .. }) => "waiting_for_mark",
