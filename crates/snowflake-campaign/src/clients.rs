@@ -10,6 +10,7 @@ use crate::secure::ClientTls;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Empty};
 use serde::Serialize;
+use snowflake_proto::thrift::peer::{self, Answer};
 use snowflake_proto::v1::snowflake_client::SnowflakeClient;
 use snowflake_proto::v1::{NextIdRequest, NextIdsRequest};
 use std::net::SocketAddr;
@@ -541,6 +542,9 @@ fn parse_resp_reply(line: &str, count: u32) -> Outcome {
     }
 }
 
+/// The sequence id of every Thrift call (one call at a time on a connection).
+const THRIFT_SEQ: i32 = 1;
+
 /// `get_id("campaign")` in the strict binary protocol, framed.
 async fn thrift_call(conn: &mut Option<TcpStream>, addr: SocketAddr) -> Outcome {
     if conn.is_none() {
@@ -550,24 +554,12 @@ async fn thrift_call(conn: &mut Option<TcpStream>, addr: SocketAddr) -> Outcome 
         }
     }
     let tcp = conn.as_mut().expect("connected");
-    let mut message = Vec::with_capacity(64);
-    message.extend_from_slice(&0x8001_0001u32.to_be_bytes());
-    message.extend_from_slice(&6u32.to_be_bytes());
-    message.extend_from_slice(b"get_id");
-    message.extend_from_slice(&1i32.to_be_bytes()); // sequence id
-    message.push(11); // field 1: string
-    message.extend_from_slice(&1i16.to_be_bytes());
-    message.extend_from_slice(&8u32.to_be_bytes());
-    message.extend_from_slice(b"campaign");
-    message.push(0); // stop
-    let mut frame = (u32::try_from(message.len()).expect("small"))
-        .to_be_bytes()
-        .to_vec();
-    frame.extend_from_slice(&message);
+    let mut frame = Vec::with_capacity(64);
+    peer::encode_call(&mut frame, "get_id", THRIFT_SEQ, Some("campaign"));
     let answer = async {
         tcp.write_all(&frame).await?;
         let len = tcp.read_u32().await?;
-        if len > 64 * 1024 {
+        if len as usize > peer::MAX_ANSWER_BYTES {
             return Err(std::io::Error::other(format!("reply frame of {len} bytes")));
         }
         let mut reply = vec![0; len as usize];
@@ -585,41 +577,20 @@ async fn thrift_call(conn: &mut Option<TcpStream>, addr: SocketAddr) -> Outcome 
     parse_thrift_reply(&reply)
 }
 
-/// Reads a `get_id` reply: an i64 in field 0, or an exception's message (field 1, a string).
+/// Reads a `get_id` reply: an i64 in field 0, or an exception's message.
 fn parse_thrift_reply(reply: &[u8]) -> Outcome {
     let bad = |why: &str| Outcome::Refused {
         status: "thrift".into(),
         reason: format!("(unreadable reply: {why})"),
     };
-    if reply.len() < 12 {
-        return bad("short");
-    }
-    let kind = reply[3];
-    let name_len = u32::from_be_bytes(reply[4..8].try_into().expect("4")) as usize;
-    let mut at = 8 + name_len + 4;
-    if reply.len() < at + 3 {
-        return bad("short header");
-    }
-    // The first field of the result struct (a reply) or of the exception.
-    let field_type = reply[at];
-    let field_id = i16::from_be_bytes([reply[at + 1], reply[at + 2]]);
-    at += 3;
-    match (kind, field_type, field_id) {
-        (2, 10, 0) if reply.len() >= at + 8 => {
-            let id = i64::from_be_bytes(reply[at..at + 8].try_into().expect("8"));
-            Outcome::Ids(vec![u64::try_from(id).unwrap_or(u64::MAX)])
-        }
-        (3, 11, 1) if reply.len() >= at + 4 => {
-            let len = u32::from_be_bytes(reply[at..at + 4].try_into().expect("4")) as usize;
-            let text = reply.get(at + 4..at + 4 + len).unwrap_or(&[]);
-            Outcome::Refused {
-                status: "exception".into(),
-                reason: String::from_utf8_lossy(text).into_owned(),
-            }
-        }
-        _ => bad(&format!(
-            "message type {kind}, field {field_id} of type {field_type}"
-        )),
+    match peer::decode_reply(reply, "get_id", THRIFT_SEQ) {
+        Ok(Answer::I64(id)) => Outcome::Ids(vec![u64::try_from(id).unwrap_or(u64::MAX)]),
+        Ok(Answer::Exception(message)) => Outcome::Refused {
+            status: "exception".into(),
+            reason: message,
+        },
+        Ok(Answer::Declared(field)) => bad(&format!("a declared exception in field {field}")),
+        Err(why) => bad(&why),
     }
 }
 
@@ -653,6 +624,7 @@ mod tests {
         exception.extend_from_slice(&1i32.to_be_bytes());
         exception.extend_from_slice(&[11, 0, 1, 0, 0, 0, 4]);
         exception.extend_from_slice(b"late");
+        exception.push(0); // the end of the exception struct
         assert!(matches!(
             parse_thrift_reply(&exception),
             Outcome::Refused { reason, .. } if reason == "late"

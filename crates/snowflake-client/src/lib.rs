@@ -46,6 +46,7 @@ mod attempt;
 mod endpoint;
 mod events;
 mod layout;
+pub mod pem;
 mod prefetch;
 mod tls;
 

@@ -2,13 +2,8 @@
 //! nodes that require mutual TLS (`--tls-client-ca` on the server).
 
 use crate::Error;
-use rustls_pki_types::pem::PemObject;
-use rustls_pki_types::{CertificateDer, PrivateKeyDer};
-use std::io::Read;
+use crate::pem::{self, PemError};
 use std::path::Path;
-
-/// Larger PEM files are refused rather than read whole.
-const MAX_PEM_BYTES: u64 = 1024 * 1024;
 
 /// How the client verifies the nodes, and the identity it presents to them.
 ///
@@ -42,27 +37,17 @@ impl std::fmt::Debug for Tls {
 }
 
 fn read(path: &Path, what: &str) -> Result<Vec<u8>, Error> {
-    let mut bytes = Vec::new();
-    std::fs::File::open(path)
-        .and_then(|f| f.take(MAX_PEM_BYTES + 1).read_to_end(&mut bytes))
-        .map_err(|e| Error::Config(format!("{what} {}: {e}", path.display())))?;
-    if bytes.len() as u64 > MAX_PEM_BYTES {
-        return Err(Error::Config(format!(
-            "{what} {}: larger than 1 MiB",
-            path.display()
-        )));
-    }
-    Ok(bytes)
+    pem::read_file(path).map_err(|e| Error::Config(format!("{what} {}: {e}", path.display())))
 }
 
 fn check_certs(pem: &[u8], what: &str) -> Result<(), Error> {
-    let certs: Vec<CertificateDer<'_>> = CertificateDer::pem_slice_iter(pem)
-        .collect::<Result<_, _>>()
-        .map_err(|e| Error::Config(format!("{what}: not a PEM certificate file ({e})")))?;
-    if certs.is_empty() {
-        return Err(Error::Config(format!("{what}: no certificate in it")));
+    match pem::certificates(pem) {
+        Ok(_) => Ok(()),
+        Err(PemError::NoCertificate) => Err(Error::Config(format!("{what}: no certificate in it"))),
+        Err(e) => Err(Error::Config(format!(
+            "{what}: not a PEM certificate file ({e})"
+        ))),
     }
-    Ok(())
 }
 
 impl Tls {
@@ -72,7 +57,7 @@ impl Tls {
         check_certs(&ca_pem, "the CA")?;
         if let Some((cert, key)) = &identity {
             check_certs(cert, "the client certificate")?;
-            PrivateKeyDer::from_pem_slice(key).map_err(|e| {
+            pem::private_key(key).map_err(|e| {
                 Error::Config(format!("the client key: not a PEM private key ({e})"))
             })?;
         }
@@ -92,7 +77,7 @@ impl Tls {
                     &format!("the client certificate file {}", cert.display()),
                 )?;
                 let key_pem = read(key, "the client key file")?;
-                PrivateKeyDer::from_pem_slice(&key_pem).map_err(|e| {
+                pem::private_key(&key_pem).map_err(|e| {
                     Error::Config(format!(
                         "the client key file {}: not a PEM private key ({e})",
                         key.display()

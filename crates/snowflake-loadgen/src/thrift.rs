@@ -1,8 +1,10 @@
 //! The Thrift protocol of the 2010 service: framed transport, binary protocol, one
-//! `get_id("bench")` call per request over a persistent connection, and a check of every reply.
+//! `get_id("bench")` call per request over a persistent connection, and a check of every reply
+//! (the codec is the project's one: `snowflake_proto::thrift::peer`).
 
 use crate::config::BenchConfig;
 use crate::engine::{Client, ConnectFailure, Failure};
+use snowflake_proto::thrift::peer::{self, Answer};
 use std::borrow::Cow;
 use std::io;
 use std::net::SocketAddr;
@@ -11,19 +13,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 /// The method called.
-const METHOD: &[u8] = b"get_id";
+const METHOD: &str = "get_id";
 /// The `useragent` argument sent.
-const USER_AGENT: &[u8] = b"bench";
-/// Strict binary protocol, version 1.
-const VERSION_1: u32 = 0x8001_0000;
-/// The message types of the binary protocol.
-const CALL: u8 = 1;
-const REPLY: u8 = 2;
-const EXCEPTION: u8 = 3;
-/// The field types used.
-const T_STOP: u8 = 0;
-const T_I64: u8 = 10;
-const T_STRING: u8 = 11;
+const USER_AGENT: &str = "bench";
 /// The largest reply frame read; a reply to `get_id` is about 30 bytes, an exception carries a
 /// message.
 const MAX_FRAME: u32 = 64 * 1024;
@@ -123,95 +115,19 @@ impl Client for ThriftClient {
 
 /// Writes the framed call `get_id(1: "bench")` with sequence id `seq` into `out`.
 fn encode_get_id(out: &mut Vec<u8>, seq: i32) {
-    out.clear();
-    out.extend_from_slice(&[0; 4]); // the frame length, filled in below
-    out.extend_from_slice(&(VERSION_1 | u32::from(CALL)).to_be_bytes());
-    out.extend_from_slice(&(METHOD.len() as u32).to_be_bytes());
-    out.extend_from_slice(METHOD);
-    out.extend_from_slice(&seq.to_be_bytes());
-    out.extend_from_slice(&[T_STRING, 0, 1]);
-    out.extend_from_slice(&(USER_AGENT.len() as u32).to_be_bytes());
-    out.extend_from_slice(USER_AGENT);
-    out.push(T_STOP);
-    let len = (out.len() - 4) as u32;
-    out[..4].copy_from_slice(&len.to_be_bytes());
+    peer::encode_call(out, METHOD, seq, Some(USER_AGENT));
 }
 
 /// Checks the reply frame (without its length) to the call with sequence id `seq`: the ID it
 /// carries, or why it is not a good one. The whole frame was read, so the connection stays in
 /// step either way.
 fn decode_get_id_reply(frame: &[u8], seq: i32) -> Result<i64, Failure> {
-    let bad = || Failure::kept(Cow::Borrowed("bad_response"));
-    let mut reader = Reader(frame);
-    let version = reader.u32().ok_or_else(bad)?;
-    if version & 0xFFFF_0000 != VERSION_1 {
-        return Err(bad());
-    }
-    let name_len = reader.u32().ok_or_else(bad)?;
-    let name = reader.take(name_len as usize).ok_or_else(bad)?;
-    let reply_seq = reader.i32().ok_or_else(bad)?;
-    if name != METHOD || reply_seq != seq {
-        return Err(bad());
-    }
-    match (version & 0xFF) as u8 {
-        REPLY => {}
-        EXCEPTION => return Err(Failure::kept(Cow::Borrowed("thrift_exception"))),
-        _ => return Err(bad()),
-    }
-    // The result struct: field 0 is the i64 returned; any other field is a declared exception.
-    let field_type = reader.u8().ok_or_else(bad)?;
-    let field_id = reader.i16().ok_or_else(bad)?;
-    if field_type == T_STOP {
-        return Err(bad());
-    }
-    if field_id != 0 {
-        return Err(Failure::kept(Cow::Borrowed("thrift_exception")));
-    }
-    if field_type != T_I64 {
-        return Err(bad());
-    }
-    let id = reader.i64().ok_or_else(bad)?;
-    if reader.u8() != Some(T_STOP) || !reader.0.is_empty() || id <= 0 {
-        return Err(bad());
-    }
-    Ok(id)
-}
-
-/// Big-endian reads from the front of a byte slice.
-struct Reader<'a>(&'a [u8]);
-
-impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
-        if self.0.len() < n {
-            return None;
+    match peer::decode_reply(frame, METHOD, seq) {
+        Ok(Answer::I64(id)) if id > 0 => Ok(id),
+        Ok(Answer::Exception(_) | Answer::Declared(_)) => {
+            Err(Failure::kept(Cow::Borrowed("thrift_exception")))
         }
-        let (head, rest) = self.0.split_at(n);
-        self.0 = rest;
-        Some(head)
-    }
-
-    fn array<const N: usize>(&mut self) -> Option<[u8; N]> {
-        self.take(N)?.try_into().ok()
-    }
-
-    fn u8(&mut self) -> Option<u8> {
-        self.array::<1>().map(|[b]| b)
-    }
-
-    fn i16(&mut self) -> Option<i16> {
-        self.array().map(i16::from_be_bytes)
-    }
-
-    fn i32(&mut self) -> Option<i32> {
-        self.array().map(i32::from_be_bytes)
-    }
-
-    fn u32(&mut self) -> Option<u32> {
-        self.array().map(u32::from_be_bytes)
-    }
-
-    fn i64(&mut self) -> Option<i64> {
-        self.array().map(i64::from_be_bytes)
+        Ok(Answer::I64(_)) | Err(_) => Err(Failure::kept(Cow::Borrowed("bad_response"))),
     }
 }
 
@@ -231,6 +147,18 @@ fn io_failure(err: &io::Error) -> Failure {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const METHOD: &[u8] = super::METHOD.as_bytes();
+    /// Strict binary protocol, version 1.
+    const VERSION_1: u32 = 0x8001_0000;
+    /// The message types of the binary protocol.
+    const CALL: u8 = 1;
+    const REPLY: u8 = 2;
+    const EXCEPTION: u8 = 3;
+    /// The field types used.
+    const T_STOP: u8 = 0;
+    const T_I64: u8 = 10;
+    const T_STRING: u8 = 11;
 
     fn header(kind: u8, name: &[u8], seq: i32) -> Vec<u8> {
         let mut out = (VERSION_1 | u32::from(kind)).to_be_bytes().to_vec();

@@ -2,14 +2,10 @@
 //! service that requires mutual TLS (rustls with ring, as the server).
 
 use crate::error::Error;
-use rustls_pki_types::pem::PemObject;
-use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
-use std::io::Read;
+use rustls_pki_types::{CertificateDer, ServerName};
+use snowflake_client::pem;
 use std::path::Path;
 use std::sync::Arc;
-
-/// Larger PEM files are refused.
-const MAX_PEM_BYTES: u64 = 1024 * 1024;
 
 /// The CA certificates and the optional client identity, as PEM.
 #[derive(Clone, PartialEq, Eq)]
@@ -27,15 +23,13 @@ impl std::fmt::Debug for BenchTls {
 }
 
 fn read(path: &Path, flag: &'static str) -> Result<Vec<u8>, Error> {
-    let bad = |reason: String| Error::invalid(flag, "a readable PEM file", reason);
-    let mut bytes = Vec::new();
-    std::fs::File::open(path)
-        .and_then(|f| f.take(MAX_PEM_BYTES + 1).read_to_end(&mut bytes))
-        .map_err(|e| bad(format!("{} ({e})", path.display())))?;
-    if bytes.len() as u64 > MAX_PEM_BYTES {
-        return Err(bad(format!("{} (larger than 1 MiB)", path.display())));
-    }
-    Ok(bytes)
+    pem::read_file(path).map_err(|e| {
+        Error::invalid(
+            flag,
+            "a readable PEM file",
+            format!("{} ({e})", path.display()),
+        )
+    })
 }
 
 fn certs(
@@ -43,23 +37,13 @@ fn certs(
     path: &Path,
     flag: &'static str,
 ) -> Result<Vec<CertificateDer<'static>>, Error> {
-    let certs: Vec<_> = CertificateDer::pem_slice_iter(pem)
-        .collect::<Result<_, _>>()
-        .map_err(|e| {
-            Error::invalid(
-                flag,
-                "a PEM certificate file",
-                format!("{} ({e})", path.display()),
-            )
-        })?;
-    if certs.is_empty() {
-        return Err(Error::invalid(
+    pem::certificates(pem).map_err(|e| {
+        Error::invalid(
             flag,
             "a PEM certificate file",
-            format!("{} (no certificate in it)", path.display()),
-        ));
-    }
-    Ok(certs)
+            format!("{} ({e})", path.display()),
+        )
+    })
 }
 
 impl BenchTls {
@@ -86,7 +70,7 @@ impl BenchTls {
                 let cert_pem = read(cert, "--tls-client-cert")?;
                 certs(&cert_pem, cert, "--tls-client-cert")?;
                 let key_pem = read(key, "--tls-client-key")?;
-                PrivateKeyDer::from_pem_slice(&key_pem).map_err(|e| {
+                pem::private_key(&key_pem).map_err(|e| {
                     Error::invalid(
                         "--tls-client-key",
                         "a PEM private key file",
@@ -123,8 +107,7 @@ impl BenchTls {
     pub(crate) fn client_config(&self, alpn: &[u8]) -> Result<Arc<rustls::ClientConfig>, String> {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let mut roots = rustls::RootCertStore::empty();
-        for cert in CertificateDer::pem_slice_iter(&self.ca_pem) {
-            let cert = cert.map_err(|e| e.to_string())?;
+        for cert in pem::certificates(&self.ca_pem).map_err(|e| e.to_string())? {
             roots.add(cert).map_err(|e| e.to_string())?;
         }
         let builder = rustls::ClientConfig::builder_with_provider(provider)
@@ -133,10 +116,8 @@ impl BenchTls {
             .with_root_certificates(roots);
         let mut config = match &self.identity {
             Some((cert, key)) => {
-                let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(cert)
-                    .collect::<Result<_, _>>()
-                    .map_err(|e| e.to_string())?;
-                let key = PrivateKeyDer::from_pem_slice(key).map_err(|e| e.to_string())?;
+                let chain = pem::certificates(cert).map_err(|e| e.to_string())?;
+                let key = pem::private_key(key).map_err(|e| e.to_string())?;
                 builder
                     .with_client_auth_cert(chain, key)
                     .map_err(|e| e.to_string())?

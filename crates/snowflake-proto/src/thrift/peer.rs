@@ -1,8 +1,9 @@
-//! A minimal asynchronous client for the 2010 Thrift service, for the peer sanity checks of a
-//! ZooKeeper fleet: the three argument-less `i64` methods (`get_worker_id`,
-//! `get_datacenter_id`, `get_timestamp`) over framed transport and the strict binary protocol,
-//! exactly as a 2010 server asked its peers. Every call is bounded by a timeout, and an answer
-//! larger than a small frame is refused.
+//! The one asynchronous client of the 2010 Thrift service (framed transport, strict binary
+//! protocol), and its codec: the argument-less `i64` methods (`get_worker_id`,
+//! `get_datacenter_id`, `get_timestamp`) a ZooKeeper fleet's peer check calls exactly as a 2010
+//! server asked its peers, and `get_id(useragent)`. [`encode_call`] and [`decode_reply`] are
+//! public for callers that own their connections (the load generator, the fault campaign).
+//! Every call is bounded by a timeout, and an answer larger than a small frame is refused.
 
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -10,7 +11,7 @@ use tokio::net::TcpStream;
 
 /// The largest answer frame accepted (an `i64` reply is about 30 bytes; an exception's
 /// message more).
-const MAX_ANSWER_BYTES: usize = 64 * 1024;
+pub const MAX_ANSWER_BYTES: usize = 64 * 1024;
 
 const VERSION_1: u32 = 0x8001_0000;
 const CALL: u32 = 1;
@@ -19,6 +20,38 @@ const EXCEPTION: u32 = 3;
 const T_STOP: u8 = 0;
 const T_I64: u8 = 10;
 const T_STRING: u8 = 11;
+const T_STRUCT: u8 = 12;
+
+/// What a call was answered with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Answer {
+    /// The method's `i64` result (field 0 of the result struct).
+    I64(i64),
+    /// A `TApplicationException`, with its message.
+    Exception(String),
+    /// One of the method's declared exceptions, in this field of the result struct.
+    Declared(i16),
+}
+
+/// Writes the framed call `method(1: arg)` (or `method()` without `arg`) with sequence id
+/// `seq` into `out` (cleared first): the frame length, then the message.
+pub fn encode_call(out: &mut Vec<u8>, method: &str, seq: i32, arg: Option<&str>) {
+    out.clear();
+    out.extend_from_slice(&[0; 4]); // the frame length, filled in below
+    out.extend_from_slice(&(VERSION_1 | CALL).to_be_bytes());
+    out.extend_from_slice(&(method.len() as u32).to_be_bytes());
+    out.extend_from_slice(method.as_bytes());
+    out.extend_from_slice(&seq.to_be_bytes());
+    if let Some(arg) = arg {
+        out.extend_from_slice(&[T_STRING, 0, 1]);
+        out.extend_from_slice(&(arg.len() as u32).to_be_bytes());
+        out.extend_from_slice(arg.as_bytes());
+    }
+    // The end of the argument struct.
+    out.push(T_STOP);
+    let len = (out.len() - 4) as u32;
+    out[..4].copy_from_slice(&len.to_be_bytes());
+}
 
 /// One connection to a peer.
 #[derive(Debug)]
@@ -47,10 +80,21 @@ impl Peer {
 
     /// Calls `method` (no arguments, returns `i64`).
     pub async fn call_i64(&mut self, method: &str) -> Result<i64, String> {
+        let answer = self.call(method, None).await?;
+        i64_of(answer).map_err(|e| format!("{}, {method}: {e}", self.addr))
+    }
+
+    /// Calls `get_id(useragent)`: the ID, or the exception it was refused with.
+    pub async fn get_id(&mut self, useragent: &str) -> Result<Answer, String> {
+        self.call("get_id", Some(useragent)).await
+    }
+
+    /// Calls `method` with at most one string argument.
+    async fn call(&mut self, method: &str, arg: Option<&str>) -> Result<Answer, String> {
         self.seq += 1;
         let addr = self.addr.clone();
         let timeout = self.timeout;
-        tokio::time::timeout(timeout, self.exchange(method))
+        tokio::time::timeout(timeout, self.exchange(method, arg))
             .await
             .map_err(|_| {
                 format!(
@@ -61,17 +105,10 @@ impl Peer {
             .map_err(|e| format!("{addr}, {method}: {e}"))
     }
 
-    async fn exchange(&mut self, method: &str) -> Result<i64, String> {
-        let mut body = Vec::with_capacity(32 + method.len());
-        body.extend_from_slice(&(VERSION_1 | CALL).to_be_bytes());
-        body.extend_from_slice(&len_i32(method.len())?.to_be_bytes());
-        body.extend_from_slice(method.as_bytes());
-        body.extend_from_slice(&self.seq.to_be_bytes());
-        // The empty argument struct.
-        body.push(T_STOP);
-        let mut frame = Vec::with_capacity(4 + body.len());
-        frame.extend_from_slice(&len_i32(body.len())?.to_be_bytes());
-        frame.extend_from_slice(&body);
+    async fn exchange(&mut self, method: &str, arg: Option<&str>) -> Result<Answer, String> {
+        len_i32(method.len() + arg.map_or(0, str::len) + 32)?;
+        let mut frame = Vec::with_capacity(32 + method.len() + arg.map_or(0, str::len));
+        encode_call(&mut frame, method, self.seq, arg);
         self.stream
             .write_all(&frame)
             .await
@@ -93,7 +130,7 @@ impl Peer {
             .read_exact(&mut answer)
             .await
             .map_err(|e| format!("read: {e}"))?;
-        parse_reply(&answer, method, self.seq)
+        decode_reply(&answer, method, self.seq)
     }
 }
 
@@ -101,8 +138,9 @@ fn len_i32(n: usize) -> Result<i32, String> {
     i32::try_from(n).map_err(|_| format!("{n} bytes is too long for a Thrift frame"))
 }
 
-/// Reads a reply to `method` (sequence `seq`): the `i64` in field 0, or the exception's message.
-fn parse_reply(bytes: &[u8], method: &str, seq: i32) -> Result<i64, String> {
+/// Reads the answer frame (without its length) to the call of `method` with sequence id `seq`:
+/// the result struct read to its end (other fields skipped), and nothing after it.
+pub fn decode_reply(bytes: &[u8], method: &str, seq: i32) -> Result<Answer, String> {
     let mut r = Reader { bytes, at: 0 };
     let first = r.u32()?;
     let (kind, name) = if first & 0xffff_0000 == VERSION_1 {
@@ -119,18 +157,30 @@ fn parse_reply(bytes: &[u8], method: &str, seq: i32) -> Result<i64, String> {
             "answered {name:?} #{answered_seq} to {method:?} #{seq}"
         ));
     }
-    match kind {
-        REPLY => loop {
-            let field_type = r.u8()?;
-            if field_type == T_STOP {
-                return Err("a reply without a result".into());
+    let answer = match kind {
+        REPLY => {
+            let (mut value, mut declared) = (None, None);
+            loop {
+                let field_type = r.u8()?;
+                if field_type == T_STOP {
+                    break;
+                }
+                let id = r.i16()?;
+                if id == 0 && field_type == T_I64 {
+                    value = Some(r.i64()?);
+                } else {
+                    if id != 0 && field_type == T_STRUCT && declared.is_none() {
+                        declared = Some(id);
+                    }
+                    skip(&mut r, field_type)?;
+                }
             }
-            let id = r.i16()?;
-            if id == 0 && field_type == T_I64 {
-                return r.i64();
+            match (value, declared) {
+                (Some(value), _) => Answer::I64(value),
+                (None, Some(id)) => Answer::Declared(id),
+                (None, None) => return Err("a reply without a result".into()),
             }
-            skip(&mut r, field_type)?;
-        },
+        }
         EXCEPTION => {
             // TApplicationException { 1: string message, 2: i32 type }
             let mut message = String::new();
@@ -146,10 +196,31 @@ fn parse_reply(bytes: &[u8], method: &str, seq: i32) -> Result<i64, String> {
                     skip(&mut r, field_type)?;
                 }
             }
+            Answer::Exception(message)
+        }
+        other => return Err(format!("unexpected message type {other}")),
+    };
+    if r.at != bytes.len() {
+        return Err(format!("{} bytes after the answer", bytes.len() - r.at));
+    }
+    Ok(answer)
+}
+
+/// The `i64` result of an answer, or why there is none.
+fn i64_of(answer: Answer) -> Result<i64, String> {
+    match answer {
+        Answer::I64(value) => Ok(value),
+        Answer::Exception(message) => {
             Err(format!("the peer answered with an exception: {message}"))
         }
-        other => Err(format!("unexpected message type {other}")),
+        Answer::Declared(_) => Err("a reply without a result".into()),
     }
+}
+
+/// [`decode_reply`] of an `i64` method: the value, or why there is none.
+#[cfg(test)]
+fn parse_reply(bytes: &[u8], method: &str, seq: i32) -> Result<i64, String> {
+    i64_of(decode_reply(bytes, method, seq)?)
 }
 
 /// How deep a peer's answer may nest structs (Apache Thrift's default recursion limit).
@@ -169,10 +240,10 @@ fn skip_at(r: &mut Reader<'_>, field_type: u8, depth: usize) -> Result<(), Strin
         8 => r.take(4).map(drop),
         4 | 10 => r.take(8).map(drop),
         11 => r.string().map(drop),
-        12 if depth > MAX_DEPTH => Err(format!(
+        T_STRUCT if depth > MAX_DEPTH => Err(format!(
             "the answer nests structs more than {MAX_DEPTH} levels deep"
         )),
-        12 => loop {
+        T_STRUCT => loop {
             let inner = r.u8()?;
             if inner == T_STOP {
                 return Ok(());
