@@ -5,8 +5,9 @@
 //! table of every round and the medians, with the candidate's share of the baseline's rate. For
 //! changes on the hot path (a new metric, a new check) that must keep most of the throughput.
 
+use crate::procfs;
 use crate::server::SfServer;
-use crate::service::{self, RedisTarget};
+use crate::tools::{self, RedisTarget};
 use anyhow::{Result, ensure};
 use std::path::Path;
 
@@ -38,9 +39,9 @@ pub fn run(baseline: &Path, candidate: &Path, rounds: usize, secs: u64) -> Resul
             let mut this = [(0.0, 0.0); 2];
             for &build in &order {
                 let server = &servers[build];
-                let cpu_before = service::process_cpu_secs(server.pid())?;
+                let cpu_before = procfs::process_cpu_secs(server.pid())?;
                 let (rate, done) = measure(server, protocol, secs, work.path(), candidate)?;
-                let cpu = service::process_cpu_secs(server.pid())? - cpu_before;
+                let cpu = procfs::process_cpu_secs(server.pid())? - cpu_before;
                 this[build] = (rate, done / cpu.max(0.01));
                 rates[p][build].push(rate);
                 per_cpu[p][build].push(this[build].1);
@@ -104,7 +105,7 @@ fn measure(
 ) -> Result<(f64, f64)> {
     let bench = |protocol: &str, args: &[&str]| -> Result<(f64, f64)> {
         let port = server.port(protocol);
-        let r = service::sf_bench(client, protocol, port, args, secs as f64)?;
+        let r = tools::sf_bench(client, protocol, port, args, secs as f64)?;
         ensure!(
             r.errors_total == 0,
             "snowflake bench: {} errors",
@@ -115,7 +116,7 @@ fn measure(
     let connections = CONNECTIONS.to_string();
     Ok(match protocol {
         "http" => {
-            let wrk = service::wrk(server.port("http"), CONNECTIONS, secs)?;
+            let wrk = tools::wrk(server.port("http"), CONNECTIONS, secs)?;
             ensure!(
                 wrk.non_2xx == 0 && wrk.socket_errors == 0,
                 "wrk: {} non-2xx answers, {} socket errors",
@@ -125,7 +126,7 @@ fn measure(
             (wrk.requests_per_sec, wrk.requests as f64)
         }
         "grpc" => {
-            let h2 = service::h2load_grpc(server.port("grpc"), CONNECTIONS, secs, work)?;
+            let h2 = tools::h2load_grpc(server.port("grpc"), CONNECTIONS, secs, work)?;
             ensure!(h2.failed == 0, "h2load: {} failed requests", h2.failed);
             (h2.requests_per_sec, h2.succeeded as f64)
         }
@@ -135,7 +136,7 @@ fn measure(
             // redis-benchmark runs a count, not a duration: about `secs` at ~100,000/s.
             let target = RedisTarget::plain(server.port("resp"));
             let requests = secs * 100_000;
-            let row = service::redis_benchmark(&target, CONNECTIONS, 1, requests, None)?;
+            let row = tools::redis_benchmark(&target, CONNECTIONS, 1, requests, None)?;
             (row.rps, requests as f64)
         }
     })

@@ -7,10 +7,12 @@ mod client;
 mod lib_bench;
 mod model;
 mod parse;
+mod procfs;
 mod report;
 mod server;
 mod service;
 mod soak;
+mod tools;
 
 use anyhow::Result;
 use clap::{Args, Parser, Subcommand};

@@ -8,8 +8,9 @@
 //! warm-up to the last one, which is always an HTTP chunk.
 
 use crate::model::{Machine, loadavg};
+use crate::procfs;
 use crate::server::{self, SfServer};
-use crate::service;
+use crate::tools;
 use anyhow::{Context, Result, ensure};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
@@ -161,7 +162,7 @@ fn polling_rss<T>(pid: u32, f: impl FnOnce() -> T) -> (T, f64) {
         let poller = scope.spawn(|| {
             let mut max = 0.0_f64;
             while !stop.load(Ordering::Relaxed) {
-                if let Ok(v) = service::rss_kib(pid) {
+                if let Ok(v) = procfs::rss_kib(pid) {
                     max = max.max(v);
                 }
                 std::thread::sleep(POLL);
@@ -177,14 +178,14 @@ fn polling_rss<T>(pid: u32, f: impl FnOnce() -> T) -> (T, f64) {
 /// Requests/s, IDs issued and errors of one chunk of `secs` seconds against `sf`.
 fn chunk(bin: &Path, sf: &SfServer, protocol: &str, secs: u64) -> Result<(f64, u64, u64)> {
     if protocol == "http" {
-        let w = service::wrk(sf.http_port, CONNECTIONS, secs)?;
+        let w = tools::wrk(sf.http_port, CONNECTIONS, secs)?;
         Ok((
             w.requests_per_sec,
             w.requests.saturating_sub(w.non_2xx),
             w.non_2xx + w.socket_errors,
         ))
     } else {
-        let b = service::sf_bench(
+        let b = tools::sf_bench(
             bin,
             protocol,
             sf.port(protocol),
@@ -201,7 +202,7 @@ pub fn run(root: &Path, minutes: f64, sample_secs: u64) -> Result<Soak> {
         "the soak needs minutes > 0 and seconds per sample > 0"
     );
     let started = Instant::now();
-    service::ensure_wrk()?;
+    tools::ensure_wrk()?;
     let bin = server::sf_binary(root)?;
     let n = ((minutes * 60.0) / sample_secs as f64).round().max(1.0) as usize;
     let mut soak = Soak {
@@ -218,7 +219,7 @@ pub fn run(root: &Path, minutes: f64, sample_secs: u64) -> Result<Soak> {
     let pid = sf.pid();
     // Let start-up settle before reading the idle size.
     std::thread::sleep(Duration::from_secs(1));
-    soak.idle_rss_kib = service::rss_kib(pid)?;
+    soak.idle_rss_kib = procfs::rss_kib(pid)?;
     eprintln!(
         "soak: {n} chunks of {sample_secs} s at {CONNECTIONS} connections; idle VmRSS {:.0} KiB",
         soak.idle_rss_kib
@@ -231,7 +232,7 @@ pub fn run(root: &Path, minutes: f64, sample_secs: u64) -> Result<Soak> {
         sf.check_running()?;
         let (requests_per_sec, ids, errors) =
             result.with_context(|| format!("soak chunk {} ({protocol})", i + 1))?;
-        let rss_kib = service::rss_kib(pid)?;
+        let rss_kib = procfs::rss_kib(pid)?;
         let sample = Sample {
             elapsed_secs: load_started.elapsed().as_secs_f64(),
             protocol: protocol.to_owned(),
@@ -253,7 +254,7 @@ pub fn run(root: &Path, minutes: f64, sample_secs: u64) -> Result<Soak> {
         );
         soak.samples.push(sample);
     }
-    soak.peak_rss_kib = service::status_kib(pid, "VmHWM")?;
+    soak.peak_rss_kib = procfs::status_kib(pid, "VmHWM")?;
     drop(sf);
     drop(work);
     soak.end_rss_kib = soak.samples.last().map_or(0.0, |s| s.rss_kib);
