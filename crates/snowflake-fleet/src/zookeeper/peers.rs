@@ -2,7 +2,6 @@
 //! for its worker id, its datacenter id and its time, and refuses to start when one does not
 //! match its znode, is in another datacenter, or its clock is too far from the peers' mean.
 
-use super::register::RegisterError;
 use super::session::bounded;
 use crate::config::ZooKeeperConfig;
 use snowflake_core::Clock;
@@ -41,21 +40,18 @@ struct PeerClock {
 
 /// The 2010 sanity checks: every registered peer's worker id matches its znode, its datacenter
 /// id is ours, and our clock is within `max_skew_ms` of the peers' mean. Unreachable peers are
-/// skipped (and logged).
+/// skipped (and logged). The error is the reason, for `RegisterError::Peer`.
 pub(super) async fn check_peers(
     client: &zk::Client,
     config: &ZooKeeperConfig,
     datacenter_id: u64,
     clock: &dyn Clock,
     timeout: Duration,
-) -> Result<(), RegisterError> {
+) -> Result<(), String> {
     let children = match bounded(timeout, client.list_children(&config.path)).await {
         Ok(children) => children,
         Err(err) => {
-            return Err(RegisterError::Peer(format!(
-                "cannot list {}: {err}",
-                config.path
-            )));
+            return Err(format!("cannot list {}: {err}", config.path));
         }
     };
     let mut times = Vec::new();
@@ -111,17 +107,17 @@ pub(super) async fn check_peers(
                         );
                         continue;
                     }
-                    return Err(RegisterError::Peer(format!(
+                    return Err(format!(
                         "the peer at {addr} registered as worker {worker} ({path}) says its worker \
                          id is {their_worker}"
-                    )));
+                    ));
                 }
                 if u64::try_from(their_datacenter).ok() != Some(datacenter_id) {
-                    return Err(RegisterError::Peer(format!(
+                    return Err(format!(
                         "the peer at {addr} ({path}) is in datacenter {their_datacenter}, and this \
                          node in {datacenter_id}: one ZooKeeper path holds one datacenter's \
                          workers (use another --zookeeper-path)"
-                    )));
+                    ));
                 }
                 // Compare with our clock at the middle of the exchange.
                 let ours = sent + (received.saturating_sub(sent)) / 2;
@@ -148,7 +144,7 @@ pub(super) async fn check_peers(
         / count;
     if offset.unsigned_abs() > u128::from(config.max_peer_skew_ms) {
         let peers: Vec<&str> = times.iter().map(|clock| clock.addr.as_str()).collect();
-        return Err(RegisterError::Peer(format!(
+        return Err(format!(
             "this node's clock is {} ms {} the mean of its {} peers' clocks ({}); at most {} ms \
              is allowed (--max-peer-skew-ms). Fix the clock (NTP) before starting",
             offset.unsigned_abs(),
@@ -156,7 +152,7 @@ pub(super) async fn check_peers(
             times.len(),
             peers.join(", "),
             config.max_peer_skew_ms
-        )));
+        ));
     }
     Ok(())
 }

@@ -486,7 +486,9 @@ impl ZooKeeperRegistration {
             .map_err(|e| unreachable(format!("cannot create {path}: {e}")))?;
         }
         check_server_version(config).await;
-        check_peers(&client, config, datacenter_id, clock, timeout).await?;
+        check_peers(&client, config, datacenter_id, clock, timeout)
+            .await
+            .map_err(RegisterError::Peer)?;
         let mut last_error = String::new();
         // Workers whose mark is far ahead of the clock, passed over while another is free;
         // taken after all (`take_ahead`) when none is.
