@@ -81,9 +81,7 @@ use std::time::{Duration, Instant};
     clippy::all,
     clippy::pedantic
 )]
-pub mod pb {
-    tonic::include_proto!("etcdserverpb");
-}
+pub mod pb;
 
 /// How long one etcd call may take, at most.
 const MAX_CALL_TIMEOUT: Duration = Duration::from_secs(2);
