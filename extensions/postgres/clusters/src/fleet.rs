@@ -109,6 +109,32 @@ impl Etcd {
         (!value.is_empty()).then_some(value)
     }
 
+    /// Writes `key` = `value` under a new lease of `ttl_secs` (`etcdctl lease grant`, then
+    /// `etcdctl put --lease`), as another process's claim: the key is gone when the lease
+    /// expires or this etcd stops. Its lease (hex).
+    pub fn put_leased(&self, key: &str, value: &str, ttl_secs: u64) -> String {
+        let out = self.etcdctl(&["lease", "grant", &ttl_secs.to_string()]);
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "etcdctl lease grant: {text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        // "lease 694d7a1b granted with TTL(60s)"
+        let lease = text
+            .split_whitespace()
+            .nth(1)
+            .unwrap_or_else(|| panic!("etcdctl lease grant printed {text:?}"))
+            .to_owned();
+        let out = self.etcdctl(&["put", &format!("--lease={lease}"), key, value]);
+        assert!(
+            out.status.success(),
+            "etcdctl put {key}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        lease
+    }
+
     /// The pair's high-water mark in the fleet (`PREFIX/marks/D/W`, default prefix), 0 when
     /// none.
     pub fn mark_ms(&self, datacenter_id: u64, worker_id: u64) -> u64 {

@@ -33,7 +33,7 @@ fn now_ms() -> i64 {
 }
 
 /// `n` IDs from the database.
-fn draw(pg: &Cluster, n: u32) -> Vec<i64> {
+pub(crate) fn draw(pg: &Cluster, n: u32) -> Vec<i64> {
     pg.sql(&format!(
         "SELECT snowflake_nextval() FROM generate_series(1, {n})"
     ))
@@ -56,7 +56,7 @@ fn keeper(pg: &Cluster, etcd: &Etcd, ttl_secs: u64, extra: &[&str]) -> Snowflake
 }
 
 /// [`keeper`] with `env` added to its environment.
-fn keeper_with(
+pub(crate) fn keeper_with(
     pg: &Cluster,
     etcd: &Etcd,
     ttl_secs: u64,
@@ -87,15 +87,25 @@ fn keeper_with(
 /// `snowflake serve` of datacenter 7 in `etcd`'s fleet, gRPC only, with `extra` flags; its
 /// gRPC address and state directory.
 fn node(etcd: &Etcd, extra: &[&str]) -> (Snowflake, String, tempfile::TempDir) {
+    node_in(etcd, 7, extra)
+}
+
+/// [`node`] of datacenter `datacenter_id`.
+pub(crate) fn node_in(
+    etcd: &Etcd,
+    datacenter_id: u64,
+    extra: &[&str],
+) -> (Snowflake, String, tempfile::TempDir) {
     let state = tempfile::tempdir().unwrap();
     let grpc = format!("127.0.0.1:{}", free_port());
     let endpoint = etcd.endpoint();
+    let datacenter = datacenter_id.to_string();
     let mut args = vec![
         "serve",
         "--etcd-endpoints",
         &endpoint,
         "--datacenter-id",
-        "7",
+        &datacenter,
         "--http-addr",
         "off",
         "--thrift-addr",
@@ -518,31 +528,5 @@ fn the_keeper_follows_its_database_through_a_restart_and_a_demotion() {
     assert!(
         claim.contains(&format!("\"pid\":{}", keeper.pid())),
         "{claim}"
-    );
-}
-
-#[test]
-fn a_keeper_refuses_a_layout_the_fleet_cannot_check_yet() {
-    let pg = started(&[
-        "snowflake.keeper = on",
-        "snowflake.layout = 'js-safe'",
-        "snowflake.datacenter_id = 1",
-    ]);
-    let conninfo = format!(
-        "host=127.0.0.1 port={} user=postgres dbname=postgres",
-        pg.port
-    );
-    let mut keeper = Snowflake::start(&[
-        "pg-keeper",
-        "--postgres",
-        &conninfo,
-        "--etcd-endpoints",
-        "http://127.0.0.1:1",
-    ]);
-    assert_eq!(keeper.wait_exit(Duration::from_secs(30)).code(), Some(1));
-    let log = keeper.log();
-    assert!(
-        log.contains("uses the layout js-safe: pg-keeper runs the twitter layout only"),
-        "{log}"
     );
 }

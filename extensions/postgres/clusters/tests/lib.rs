@@ -6,6 +6,7 @@
 
 mod durability;
 mod fleet;
+mod fleet_layout;
 mod functions;
 mod issue;
 mod keeper;
