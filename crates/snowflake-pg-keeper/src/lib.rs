@@ -6,7 +6,10 @@
 //! when it is not.
 //!
 //! A round: wait until the database is reachable and a primary; read its pair and layout from
-//! `snowflake_status()`; claim that pair (the fleet's mark found becomes the database's floor);
+//! `snowflake_status()`; claim that pair under that layout, through the fleet crate as a node
+//! claims (so the fleet's recorded layout, `{prefix}/layout`, must be the database's: a keeper
+//! of a js-safe database is refused by a Twitter fleet, naming both, and the reverse); the
+//! fleet's mark found becomes the database's floor;
 //! hold it (`hold`); on SIGTERM/SIGINT revoke the grant, leave the exact mark, release. A
 //! database that comes back as a standby gets its pair given back, and the keeper waits for a
 //! primary again (a failover's new primary runs its own keeper).
@@ -29,9 +32,11 @@ pub use hold::validity;
 
 use database::Database;
 use hold::{End, Holding};
-use snowflake_core::{Bits, Clock, Layout};
+use snowflake_core::{Clock, Layout};
 use snowflake_fleet::etcd::ClaimError;
-use snowflake_fleet::{Applicant, ConnectError, Coordination, EtcdConfig, PairRequest};
+use snowflake_fleet::{
+    Applicant, ConnectError, Coordination, EtcdConfig, LayoutMismatch, PairRequest,
+};
 use snowflake_server::clock_trust::{ClockAnchor, ClockTrust};
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -140,16 +145,6 @@ async fn open(
         let waiting = tokio::select! {
             attempt = attempt => match attempt {
                 Ok((db, identity, observed)) if !observed.in_recovery => {
-                    // As `serve`: until the fleet records its layout, every member runs
-                    // Twitter's widths, or two layouts could mint the same ID from two pairs.
-                    if identity.layout.bits() != Bits::TWITTER {
-                        return Err(KeeperError::Database(format!(
-                            "the database ({shown}) uses the layout {}: pg-keeper runs the \
-                             twitter layout only in this version (the fleet does not record a \
-                             layout yet, so a fleet must not mix them)",
-                            identity.layout.name()
-                        )));
-                    }
                     if let Some(expected) = settings.layout
                         && expected != identity.layout
                     {
@@ -245,6 +240,19 @@ async fn claim(
             "{identity} is held by another process: {holder} (etcd key {key}); gave up after \
              {waited_secs} s. A database's pair must be its own: stop the process that holds it, \
              or give the database another pair (snowflake.datacenter_id, snowflake.worker_id)"
+        ))),
+        Err(ConnectError::Claim(ClaimError::Layout(LayoutMismatch::Other {
+            location,
+            theirs,
+            ours,
+            ..
+        }))) => Err(KeeperError::Claim(format!(
+            "the database ({}) issues under the layout {ours} (snowflake.layout, \
+             snowflake.epoch_ms), and the fleet runs the layout {theirs} (recorded at {location}); \
+             ids of two layouts can collide, so a fleet runs exactly one: run this keeper in a \
+             fleet of the database's layout (its own --etcd-prefix: see docs/layouts.md), or give \
+             the fleet's layout to a database that has issued no id yet",
+            settings.target.shown
         ))),
         Err(err) => Err(KeeperError::Claim(err.to_string())),
     }
