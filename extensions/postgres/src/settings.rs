@@ -58,7 +58,11 @@ pub fn define() {
         c"The worker id of this database's IDs (0..=31 with the twitter layout).",
         &WORKER_ID,
     );
-    text(c"snowflake.layout", c"The ID layout: twitter.", &LAYOUT);
+    text(
+        c"snowflake.layout",
+        c"The ID layout: twitter (the default), js-safe or custom:T,D,W,S.",
+        &LAYOUT,
+    );
     text(
         c"snowflake.epoch_ms",
         c"The layout's epoch in Unix milliseconds (default: the layout's own).",
