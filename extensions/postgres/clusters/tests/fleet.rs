@@ -33,7 +33,7 @@ fn now_ms() -> i64 {
 }
 
 /// `n` IDs from the database.
-pub(crate) fn draw(pg: &Cluster, n: u32) -> Vec<i64> {
+fn draw(pg: &Cluster, n: u32) -> Vec<i64> {
     pg.sql(&format!(
         "SELECT snowflake_nextval() FROM generate_series(1, {n})"
     ))
