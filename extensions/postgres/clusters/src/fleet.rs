@@ -112,27 +112,36 @@ impl Etcd {
     /// Writes `key` = `value` under a new lease of `ttl_secs` (`etcdctl lease grant`, then
     /// `etcdctl put --lease`), as another process's claim: the key is gone when the lease
     /// expires or this etcd stops. Its lease (hex).
+    /// Each call is tried again for up to 20 s (a loaded machine can hold etcd's disk writes
+    /// past etcdctl's timeout).
     pub fn put_leased(&self, key: &str, value: &str, ttl_secs: u64) -> String {
-        let out = self.etcdctl(&["lease", "grant", &ttl_secs.to_string()]);
-        let text = String::from_utf8_lossy(&out.stdout).into_owned();
-        assert!(
-            out.status.success(),
-            "etcdctl lease grant: {text}{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let ttl = ttl_secs.to_string();
+        let text = self.etcdctl_retried(&["lease", "grant", &ttl]);
         // "lease 694d7a1b granted with TTL(60s)"
         let lease = text
             .split_whitespace()
             .nth(1)
             .unwrap_or_else(|| panic!("etcdctl lease grant printed {text:?}"))
             .to_owned();
-        let out = self.etcdctl(&["put", &format!("--lease={lease}"), key, value]);
-        assert!(
-            out.status.success(),
-            "etcdctl put {key}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        self.etcdctl_retried(&["put", &format!("--lease={lease}"), key, value]);
         lease
+    }
+
+    /// `etcdctl ARGS…` until it succeeds (at most 20 s); its output.
+    fn etcdctl_retried(&self, args: &[&str]) -> String {
+        let start = Instant::now();
+        loop {
+            let out = self.etcdctl(args);
+            if out.status.success() {
+                return String::from_utf8_lossy(&out.stdout).into_owned();
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(20),
+                "etcdctl {args:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
     }
 
     /// The pair's high-water mark in the fleet (`PREFIX/marks/D/W`, default prefix), 0 when
