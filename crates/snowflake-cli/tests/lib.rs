@@ -15,6 +15,7 @@ mod fleet_edges;
 mod kubernetes;
 mod layouts_fleet;
 mod listen;
+mod memory;
 mod previous_release;
 mod prometheus;
 mod resp;

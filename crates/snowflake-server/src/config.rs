@@ -58,7 +58,7 @@ pub struct ServeArgs {
     pub resp_addr: Option<String>,
 
     /// Most bytes of arguments in one RESP command, 64..=16777216; a request claiming more is
-    /// refused and its connection closed, without allocating it [default: 524288].
+    /// refused and its connection closed, without allocating it [default: 4096].
     #[arg(
         long,
         env = "SNOWFLAKE_RESP_MAX_BULK_BYTES",
@@ -67,7 +67,7 @@ pub struct ServeArgs {
     )]
     pub resp_max_bulk_bytes: Option<String>,
 
-    /// Most arguments in one RESP command, 2..=65536 [default: 1024].
+    /// Most arguments in one RESP command, 2..=65536 [default: 64].
     #[arg(
         long,
         env = "SNOWFLAKE_RESP_MAX_ARGS",
@@ -76,7 +76,7 @@ pub struct ServeArgs {
     )]
     pub resp_max_args: Option<String>,
 
-    /// Longest RESP inline command (and header line), 64..=16777216 bytes [default: 65536].
+    /// Longest RESP inline command (and header line), 64..=16777216 bytes [default: 4096].
     #[arg(
         long,
         env = "SNOWFLAKE_RESP_MAX_INLINE_BYTES",

@@ -303,6 +303,10 @@ impl IntoResponse for IssueError {
             IssueError::Unavailable {
                 message,
                 retry_after_secs,
+            }
+            | IssueError::Exhausted {
+                message,
+                retry_after_secs,
             } => {
                 let mut response = error(StatusCode::SERVICE_UNAVAILABLE, &message);
                 response
@@ -392,13 +396,26 @@ async fn next_ids(node: &Node, query: Option<&str>) -> Response {
         Ok(format) => format,
         Err(message) => return error(StatusCode::BAD_REQUEST, &message),
     };
+    // A bulk reply takes its share of the node's budget first (see `crate::bulk`), and holds
+    // it until the body is sent or dropped.
+    let permit = if crate::bulk::BulkGate::is_bulk(count) {
+        let held = count
+            .saturating_mul(22)
+            .min(2 * IdsBody::CHUNK_BYTES as u64);
+        match node.admit_bulk(held).await {
+            Ok(permit) => Some(permit),
+            Err(err) => return err.into_response(),
+        }
+    } else {
+        None
+    };
     match node.issue(Protocol::Http, count).await {
-        // More than a millisecond's worth: formatted as hyper sends it, a chunk at a time, so
-        // that no runtime thread formats (or writes) megabytes in one go while single IDs wait
-        // behind it, and no multi-megabyte buffer is allocated.
-        Ok(batches) if count > node.layout().max_ids_per_ms() => json(
+        // Bulk: formatted as hyper sends it, a chunk at a time, so that no runtime thread
+        // formats (or writes) megabytes in one go while single IDs wait behind it, no
+        // multi-megabyte buffer is allocated, and a slow client holds at most a chunk or two.
+        Ok(batches) if permit.is_some() => json(
             StatusCode::OK,
-            axum::body::Body::new(IdsBody::new(batches, format)),
+            axum::body::Body::new(IdsBody::new(batches, format).holding(permit)),
         ),
         Ok(batches) => {
             let capacity = usize::try_from(count)
@@ -529,6 +546,9 @@ fn method_not_allowed(method: &Method, uri: &Uri) -> Response {
     response
 }
 
+/// What one HTTP connection buffers at most (see `serve_as`), also the longest request head.
+const MAX_BUF_BYTES: usize = 8 * 1024;
+
 /// Serves `router` on `listener` until `shutdown` flips to true; then stops accepting, lets
 /// in-flight requests finish (at most `config.shutdown_timeout`), and returns.
 pub async fn serve(
@@ -569,6 +589,11 @@ async fn serve_as(
     builder
         .timer(TokioTimer::new())
         .header_read_timeout(config.idle_timeout)
+        // The most a connection buffers: an unfinished request head (a longer one is answered
+        // 431), and body pieces waiting for a slow client (a large body is formatted only as
+        // it is sent). hyper's default (about 400 KiB) times the connection cap was hundreds of
+        // megabytes; 8 KiB (hyper's least) keeps the cap's worst case small.
+        .max_buf_size(MAX_BUF_BYTES)
         .keep_alive(true);
     let door = Arc::new(Http {
         name,

@@ -72,6 +72,8 @@ pub(crate) struct IdsBody {
     /// as we write (loopback) has the whole body formatted and written in one poll of its
     /// connection, holding a runtime thread for tens of milliseconds.
     yielding: Option<std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>>,
+    /// Its share of the node's budget for bulk replies, given back when the body is dropped.
+    _permit: Option<crate::bulk::BulkPermit>,
 }
 
 impl IdsBody {
@@ -95,7 +97,14 @@ impl IdsBody {
             remaining,
             format,
             yielding: None,
+            _permit: None,
         }
+    }
+
+    /// The body, holding `permit` until it is dropped (sent, or its connection gone).
+    pub(crate) fn holding(mut self, permit: Option<crate::bulk::BulkPermit>) -> IdsBody {
+        self._permit = permit;
+        self
     }
 
     /// The next chunk, or `None` once the closing `]}` was handed out.

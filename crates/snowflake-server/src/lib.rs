@@ -11,6 +11,7 @@
 /// The check is the fleet's (the etcd lease compare), so the fleet crate's build says.
 pub const CAMPAIGN_BUG_BUILD: bool = snowflake_fleet::CAMPAIGN_BUG_BUILD;
 
+pub mod bulk;
 pub mod clock_trust;
 pub mod config;
 pub mod grpc;

@@ -136,6 +136,8 @@ pub struct Metrics {
     tls: Arc<std::sync::OnceLock<Arc<crate::tls::Tls>>>,
     /// `snowflake_request_duration_seconds`.
     latencies: Arc<Latencies>,
+    /// The node-wide budget for bulk replies: `snowflake_bulk_*`.
+    pub bulk: crate::bulk::BulkMetrics,
 }
 
 impl Metrics {
@@ -233,6 +235,22 @@ impl Metrics {
         registry.register_collector(Box::new(TlsCollector {
             tls: Arc::clone(&tls),
         }));
+        let bulk = crate::bulk::BulkMetrics::default();
+        registry.register(
+            "bulk_waiting",
+            "Requests for more than 1024 ids waiting for the node-wide budget for large replies",
+            bulk.waiting.clone(),
+        );
+        registry.register(
+            "bulk_bytes_held",
+            "Bytes of the node-wide budget for large replies held by replies in progress",
+            bulk.held.clone(),
+        );
+        registry.register(
+            "bulk_refused",
+            "Requests for more than 1024 ids refused because too many were already waiting for the node-wide budget for large replies",
+            bulk.refused.clone(),
+        );
         let latencies = Arc::new(Latencies::default());
         registry.register_collector(Box::new(LatencyCollector(Arc::clone(&latencies))));
         Metrics {
@@ -255,6 +273,7 @@ impl Metrics {
             known_keys: std::sync::Mutex::default(),
             tls,
             latencies,
+            bulk,
         }
     }
 

@@ -36,6 +36,15 @@ pub enum IssueError {
         /// When to try again, in seconds (at least 1).
         retry_after_secs: u64,
     },
+    /// Too many large batches are in progress node-wide (see [`crate::bulk`]): refused before
+    /// any ID was issued for it; gRPC `RESOURCE_EXHAUSTED`, HTTP 503.
+    #[error("{message}")]
+    Exhausted {
+        /// Why, in words.
+        message: String,
+        /// When to try again, in seconds (at least 1).
+        retry_after_secs: u64,
+    },
 }
 
 /// What `GET /v1/info` reports.
@@ -95,6 +104,8 @@ pub struct Node {
     /// The locked state directory; shared with the blocking threads that write it.
     state: Arc<StateDir>,
     metrics: Metrics,
+    /// The node-wide budget for bulk replies, and its queue.
+    bulk: crate::bulk::BulkGate,
 }
 
 impl Node {
@@ -243,8 +254,11 @@ impl Node {
             // Trusted time never goes back, also across restarts.
             trust.raise_to(checked.expected_ms);
         }
+        let metrics = Metrics::new(Arc::clone(&shared));
+        let bulk = crate::bulk::BulkGate::new(metrics.bulk.clone());
         Ok(Arc::new(Node {
-            metrics: Metrics::new(Arc::clone(&shared)),
+            metrics,
+            bulk,
             shared,
             clock,
             layout,
@@ -284,6 +298,14 @@ impl Node {
     /// The generator (shared by every front end).
     pub fn generator(&self) -> &Generator<Arc<dyn Clock>> {
         &self.shared.generator
+    }
+
+    /// Takes `bytes` of the node-wide budget for bulk replies (see [`crate::bulk`]) for a
+    /// reply, before its IDs are issued; waiting at most a quarter of the request timeout, so
+    /// that an admitted request has the rest to issue them (the request timeout of gRPC and
+    /// HTTP counts from the request's start).
+    pub async fn admit_bulk(&self, bytes: u64) -> Result<crate::bulk::BulkPermit, IssueError> {
+        self.bulk.admit(bytes, self.request_timeout / 4).await
     }
 
     /// The largest count one request may ask for.

@@ -8,7 +8,8 @@
 //! resets the stream, so a call nobody reads does not keep its connection busy for ever.
 
 use super::conn::{Shared, timed_out};
-use super::{Handled, METHODS};
+use super::{Handled, METHODS, ReplyBudget};
+use crate::bulk::BulkPermit;
 use bytes::{Buf, Bytes};
 use h2::server::SendResponse;
 use h2::{RecvStream, SendStream};
@@ -18,6 +19,7 @@ use http_body_util::BodyExt;
 use std::future::Future;
 use std::future::poll_fn;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
 use tower::ServiceExt;
@@ -48,6 +50,11 @@ pub(super) async fn bridge<B>(
         request.extensions_mut().insert(handled.clone());
         (method, handled)
     });
+    // And a place for the shares of the bulk budget their replies hold.
+    let budget = ReplyBudget::default();
+    if method.is_some() {
+        request.extensions_mut().insert(budget.clone());
+    }
     let response = match tokio::time::timeout_at(started + timeout, routes.oneshot(request)).await {
         Ok(Ok(response)) => {
             if let Some((method, handled)) = &handled
@@ -69,16 +76,21 @@ pub(super) async fn bridge<B>(
             .into_http::<()>()
             .map(|()| tonic::body::Body::empty()),
     };
-    send_response(respond, response, shared.idle_timeout).await;
+    send_response(respond, response, shared.idle_timeout, &budget).await;
 }
 
 /// Sends a response and its body, a frame at a time and only as the client's flow-control
 /// window opens (reset if it stays shut for `stall_timeout`), ending with its trailers.
+///
+/// Data frames carry the shares of the bulk budget the handler took for them (`budget`):
+/// given back when h2 has written (or dropped) the bytes.
 async fn send_response(
     mut respond: SendResponse<Bytes>,
     response: Response<tonic::body::Body>,
     stall_timeout: Duration,
+    budget: &ReplyBudget,
 ) {
+    let mut held: Option<Arc<Vec<BulkPermit>>> = None;
     let (parts, mut body) = response.into_parts();
     let end = body.is_end_stream();
     let Ok(mut send) = respond.send_response(Response::from_parts(parts, ()), end) else {
@@ -106,7 +118,14 @@ async fn send_response(
                 return;
             }
             Some(Ok(frame)) => match frame.into_data() {
-                Ok(data) => {
+                Ok(mut data) => {
+                    let taken = budget.take();
+                    if !taken.is_empty() {
+                        held = Some(Arc::new(taken));
+                    }
+                    if let Some(held) = &held {
+                        data = BulkPermit::wrap(held, data);
+                    }
                     if send.send_data(data, false).is_err() {
                         return;
                     }

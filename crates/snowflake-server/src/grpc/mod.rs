@@ -5,7 +5,8 @@
 //!
 //! The handlers only translate to the [`Node`]'s calls: [`IssueError::BadRequest`] becomes
 //! `INVALID_ARGUMENT`, [`IssueError::Unavailable`] becomes `UNAVAILABLE` with the node's reason
-//! and a `retry-after` (seconds) trailer. The listener (its cap, TLS handshake and drain) is
+//! and a `retry-after` (seconds) trailer, [`IssueError::Exhausted`] (the node-wide queue of large
+//! batches is full, see [`crate::bulk`]) `RESOURCE_EXHAUSTED`, with one too. The listener (its cap, TLS handshake and drain) is
 //! `listen`'s. Each connection is served on the `h2` crate directly (`conn`): `NextId` is
 //! answered on a fast path of its own (`next_id`), every other call goes to these tonic services
 //! (`bridge`).
@@ -147,6 +148,37 @@ impl Handled {
     }
 }
 
+/// The shares of the node's budget for bulk replies (see [`crate::bulk`]) taken by a call's
+/// handler for the messages it answers; the bridge takes them and ties each to the bytes it hands
+/// to the connection, so that a share is given back only when its bytes are gone (sent, or the
+/// stream reset), however long a client that does not read keeps them.
+#[derive(Debug, Clone, Default)]
+struct ReplyBudget(Arc<std::sync::Mutex<Vec<crate::bulk::BulkPermit>>>);
+
+impl ReplyBudget {
+    /// Hands `permit` to the bridge of `request`'s call; without one (no bridge), it is
+    /// given back when the handler returns.
+    fn put<T>(request: &Request<T>, permit: crate::bulk::BulkPermit) {
+        if let Some(budget) = request.extensions().get::<ReplyBudget>() {
+            budget
+                .0
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .push(permit);
+        }
+    }
+
+    /// The shares handed over since the last call.
+    fn take(&self) -> Vec<crate::bulk::BulkPermit> {
+        std::mem::take(
+            &mut *self
+                .0
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        )
+    }
+}
+
 /// The gRPC status for a refusal.
 pub fn to_status(err: IssueError) -> Status {
     match err {
@@ -156,6 +188,16 @@ pub fn to_status(err: IssueError) -> Status {
             retry_after_secs,
         } => {
             let mut status = Status::unavailable(message);
+            status
+                .metadata_mut()
+                .insert("retry-after", MetadataValue::from(retry_after_secs));
+            status
+        }
+        IssueError::Exhausted {
+            message,
+            retry_after_secs,
+        } => {
+            let mut status = Status::resource_exhausted(message);
             status
                 .metadata_mut()
                 .insert("retry-after", MetadataValue::from(retry_after_secs));
@@ -253,7 +295,18 @@ impl Snowflake for SnowflakeService {
                 .node
                 .check_count(u64::from(request.get_ref().count))
                 .map_err(to_status)?;
+            // A bulk reply takes its share of the node's budget before any ID is issued: the
+            // IDs, then their encoding (8 + at most 10 bytes each), until the client has them.
+            let permit = if crate::bulk::BulkGate::is_bulk(count) {
+                let held = count.saturating_mul(18).saturating_add(64);
+                Some(self.node.admit_bulk(held).await.map_err(to_status)?)
+            } else {
+                None
+            };
             let batches = self.issue(count).await?;
+            if let Some(permit) = permit {
+                ReplyBudget::put(&request, permit);
+            }
             Ok(Response::new(ids_response(batches, count)))
         }
         .await;

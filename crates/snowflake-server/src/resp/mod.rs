@@ -46,8 +46,20 @@ const COMMANDS: &[&str] = &[
     "config",
 ];
 
-/// The largest reply buffered before it is written out in the middle of a pipeline.
-const FLUSH_BYTES: usize = 64 * 1024;
+/// The largest reply buffered before it is written out in the middle of a pipeline, and the
+/// pieces a bulk `SNOWFLAKE.NEXT` reply is written in: a connection holds at most about this
+/// much of a reply (plus one non-bulk reply), however large the reply and however slow the
+/// client.
+const FLUSH_BYTES: usize = 16 * 1024;
+
+/// A connection's buffers are given back above this capacity once it waits for its client:
+/// a burst (a long pipeline, a large request) does not keep its memory for the connection's
+/// life.
+const KEEP_BYTES: usize = 16 * 1024;
+
+/// The most bytes of a bulk reply a connection holds at once (the budget it takes, see
+/// [`crate::bulk`]): a piece of [`FLUSH_BYTES`] and what was buffered before it.
+const BULK_HELD_BYTES: u64 = 2 * FLUSH_BYTES as u64;
 
 /// Serves RESP on `listener` until `shutdown` flips; then stops accepting and lets each
 /// connection finish the commands it has read (at most `config.shutdown_timeout`).
@@ -131,13 +143,19 @@ struct Session {
     /// The commands answered since the replies were last written, by route: all of them are
     /// observed with the time from their batch's read to that write.
     unwritten: Vec<(&'static str, u64)>,
+    /// The IDs of a bulk `SNOWFLAKE.NEXT` still to write (its array header is written), and its
+    /// share of the node's budget for bulk replies: written a piece at a time by the connection.
+    pending: Option<(Vec<snowflake_core::IdBatch>, crate::bulk::BulkPermit)>,
 }
 
 impl Session {
     /// A refusal's reply text; remembers whether the node could not issue (counted as 503,
     /// as HTTP answers it) rather than the request being bad (400).
     fn refused(&mut self, err: &IssueError) -> String {
-        self.unavailable = matches!(err, IssueError::Unavailable { .. });
+        self.unavailable = matches!(
+            err,
+            IssueError::Unavailable { .. } | IssueError::Exhausted { .. }
+        );
         refusal(err)
     }
 
@@ -214,9 +232,11 @@ async fn connection<S>(
         key: None,
         latencies: node.metrics().route_latencies(Protocol::Resp),
         unwritten: Vec::new(),
+        pending: None,
     };
     let mut input = Vec::with_capacity(4096);
-    let mut out = Vec::with_capacity(4096);
+    // Allocated by the first reply: an idle connection holds no reply buffer.
+    let mut out = Vec::new();
     let mut ranges = Vec::new();
     // One whole largest request: its arguments, its header lines, an inline line.
     let max_input = limits
@@ -251,6 +271,13 @@ async fn connection<S>(
                         .map(|r| &input[base + r.start..base + r.end])
                         .collect();
                     run(node, &mut session, &args, &mut out).await;
+                    if let Some((batches, permit)) = session.pending.take() {
+                        // A bulk reply, a piece at a time; its budget is given back after it.
+                        if !write_ids(&mut stream, &mut idle, &mut out, batches).await {
+                            return;
+                        }
+                        drop(permit);
+                    }
                     if session.quit {
                         break;
                     }
@@ -294,8 +321,16 @@ async fn connection<S>(
         if input.len() > max_input {
             return;
         }
-        // Room to read into (a full Vec would otherwise be read into 64 bytes at a time).
-        input.reserve(4096);
+        // Waiting for the client: a burst's buffers go back (see `KEEP_BYTES`).
+        if out.capacity() > KEEP_BYTES {
+            out = Vec::new();
+        }
+        if input.capacity() > KEEP_BYTES && input.len() < 4096 {
+            input.shrink_to(4096);
+        }
+        // Room to read into (a full Vec would otherwise be read into 64 bytes at a time);
+        // exactly, so that a large request grows the buffer by reads, not by doubling.
+        input.reserve_exact(4096);
         if let Some(since) = partial_since {
             idle.since(since);
         }
@@ -309,6 +344,26 @@ async fn connection<S>(
         }
         read_at = idle.last();
     }
+}
+
+/// Writes the IDs of a bulk reply after what `out` holds, [`FLUSH_BYTES`] at a time; false
+/// when the connection is done for (see [`Progress::write`]). What is left in `out` (less than
+/// a piece) is written with the replies that follow.
+async fn write_ids<S: AsyncWrite + Unpin>(
+    stream: &mut S,
+    idle: &mut Progress,
+    out: &mut Vec<u8>,
+    batches: Vec<snowflake_core::IdBatch>,
+) -> bool {
+    for batch in batches {
+        for id in batch {
+            integer(out, id_value(id.as_u64()));
+            if out.len() >= FLUSH_BYTES && !idle.write(stream, out).await {
+                return false;
+            }
+        }
+    }
+    true
 }
 
 /// A command's arguments, borrowed from the input buffer; commands of up to 8 arguments (all
@@ -404,7 +459,9 @@ fn arity(name: &[u8]) -> String {
 fn refusal(err: &IssueError) -> String {
     match err {
         IssueError::BadRequest(message) => format!("ERR {message}"),
-        IssueError::Unavailable { message, .. } => format!("ERR {message}"),
+        IssueError::Unavailable { message, .. } | IssueError::Exhausted { message, .. } => {
+            format!("ERR {message}")
+        }
     }
 }
 
@@ -469,11 +526,27 @@ async fn answer(
                 }
                 _ => return Err(arity(name)),
             };
+            // A bulk reply takes its share of the node's budget first, and is written a piece
+            // at a time by the connection (`write_ids`), holding at most that share.
+            let permit = if crate::bulk::BulkGate::is_bulk(count) {
+                let held = count.saturating_mul(22).min(BULK_HELD_BYTES);
+                Some(
+                    node.admit_bulk(held)
+                        .await
+                        .map_err(|e| session.refused(&e))?,
+                )
+            } else {
+                None
+            };
             let batches = node
                 .issue(Protocol::Resp, count)
                 .await
                 .map_err(|e| session.refused(&e))?;
             array_header(out, usize::try_from(count).unwrap_or(usize::MAX));
+            if let Some(permit) = permit {
+                session.pending = Some((batches, permit));
+                return Ok(());
+            }
             for batch in batches {
                 for id in batch {
                     integer(out, id_value(id.as_u64()));
@@ -723,6 +796,7 @@ mod tests {
             key: None,
             latencies: crate::latency::RouteLatencies::new("resp", std::sync::Arc::default()),
             unwritten: Vec::new(),
+            pending: None,
         };
         let mut out = Vec::new();
         map_header(&mut out, &session, 3);

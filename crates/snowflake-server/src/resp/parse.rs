@@ -17,11 +17,14 @@ pub struct Limits {
 }
 
 impl Default for Limits {
+    /// Small: every command answered here takes a few short arguments, and a connection holds
+    /// at most one request's worth (about 10 KiB) while it is unfinished, so that the connection
+    /// cap bounds the memory of unfinished requests (see docs/reliability.md, "Memory").
     fn default() -> Self {
         Limits {
-            max_inline_bytes: 64 * 1024,
-            max_args: 1024,
-            max_bulk_bytes: 512 * 1024,
+            max_inline_bytes: 4 * 1024,
+            max_args: 64,
+            max_bulk_bytes: 4 * 1024,
         }
     }
 }

@@ -390,7 +390,10 @@ impl SnowflakeSyncHandler for Handler<'_> {
                     "Unavailable: the clock has passed the persisted high-water mark; waiting for the next reservation".into(),
                 ))
             }
-            Err(NotNow::Refused(IssueError::Unavailable { message, .. })) => {
+            // (Thrift issues single IDs: never bulk, so never `Exhausted`; answered alike.)
+            Err(NotNow::Refused(
+                IssueError::Unavailable { message, .. } | IssueError::Exhausted { message, .. },
+            )) => {
                 self.status.set(503);
                 let name = if message.starts_with("clock moved backwards") {
                     "InvalidSystemClock"
