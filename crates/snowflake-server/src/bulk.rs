@@ -7,10 +7,11 @@
 //! of connections times the largest batch; and hundreds of concurrent large batches all issued
 //! at once, each a sliver of every millisecond, so that most ran out of time half-done and their
 //! IDs were thrown away. With it:
-//! - a large request first takes its reply's estimated bytes from the budget
-//!   ([`BulkGate::admit`]) and only then issues its IDs: at most [`BUDGET_BYTES`] of large
-//!   replies exist at once, node-wide, whatever the number of connections, and the requests
-//!   admitted share the generator between a few of them, so they finish;
+//! - a large request first takes its reply's estimated bytes from the budget and one of
+//!   [`MAX_ISSUING`] turns to issue ([`BulkGate::admit`]), and only then issues its IDs: at most
+//!   [`BUDGET_BYTES`] of large replies exist at once, node-wide, whatever the number of
+//!   connections, and the generator is shared between a few large requests at a time, so that
+//!   they finish;
 //! - the others wait their turn, in order, at most [`MAX_WAITING`] of them; one more is refused
 //!   at once ([`IssueError::Exhausted`]: gRPC `RESOURCE_EXHAUSTED`, HTTP 503 with
 //!   `Retry-After`, RESP `-ERR`), before any ID is issued for it;
@@ -36,10 +37,15 @@ pub const BUDGET_BYTES: u32 = 8 * 1024 * 1024;
 /// How many bulk requests may wait for the budget at once; one more is refused.
 pub const MAX_WAITING: usize = 16;
 
+/// How many bulk requests may issue their IDs at once, node-wide: the others wait their turn
+/// rather than each taking a sliver of every millisecond and all running out of time.
+pub const MAX_ISSUING: usize = 2;
+
 /// The budget, its queue, and their metrics.
 #[derive(Debug)]
 pub struct BulkGate {
     budget: Arc<Semaphore>,
+    issuing: Arc<Semaphore>,
     waiting: AtomicUsize,
     metrics: BulkMetrics,
 }
@@ -59,6 +65,8 @@ pub struct BulkMetrics {
 #[derive(Debug)]
 pub struct BulkPermit {
     permit: OwnedSemaphorePermit,
+    /// A turn to issue IDs, until [`BulkPermit::issued`].
+    issuing: Option<OwnedSemaphorePermit>,
     held: Gauge,
 }
 
@@ -70,6 +78,12 @@ impl Drop for BulkPermit {
 }
 
 impl BulkPermit {
+    /// The IDs are issued: the turn to issue goes to the next request (the reply's bytes stay
+    /// held until it is gone).
+    pub fn issued(&mut self) {
+        self.issuing = None;
+    }
+
     /// `data`, holding `permits` (shared by all the pieces of one reply) until every copy of
     /// it is dropped: for bytes handed to a connection that keeps them until the client reads.
     pub fn wrap(permits: &Arc<Vec<BulkPermit>>, data: bytes::Bytes) -> bytes::Bytes {
@@ -97,6 +111,7 @@ impl BulkGate {
     pub fn new(metrics: BulkMetrics) -> BulkGate {
         BulkGate {
             budget: Arc::new(Semaphore::new(BUDGET_BYTES as usize)),
+            issuing: Arc::new(Semaphore::new(MAX_ISSUING)),
             waiting: AtomicUsize::new(0),
             metrics,
         }
@@ -117,56 +132,56 @@ impl BulkGate {
         within: std::time::Duration,
     ) -> Result<BulkPermit, IssueError> {
         let n = u32::try_from(bytes.clamp(1, u64::from(BUDGET_BYTES))).unwrap_or(BUDGET_BYTES);
-        // Nobody waiting and room: at once (a waiting request keeps its turn).
-        let permit = if self.waiting.load(Ordering::Relaxed) == 0
-            && let Ok(permit) = Arc::clone(&self.budget).try_acquire_many_owned(n)
-        {
-            permit
-        } else {
-            if self.waiting.fetch_add(1, Ordering::AcqRel) >= MAX_WAITING {
-                self.waiting.fetch_sub(1, Ordering::AcqRel);
+        if self.waiting.fetch_add(1, Ordering::AcqRel) >= MAX_WAITING {
+            self.waiting.fetch_sub(1, Ordering::AcqRel);
+            self.metrics.refused.inc();
+            return Err(IssueError::Exhausted {
+                message: format!(
+                    "too many large batches in progress: {MAX_WAITING} are already waiting for \
+                     the node's budget of {} MiB for replies of more than {BULK_MIN_IDS} ids; \
+                     try again shortly, ask another node, or ask for fewer ids",
+                    BUDGET_BYTES >> 20
+                ),
+                retry_after_secs: 1,
+            });
+        }
+        self.metrics.waiting.inc();
+        // Decremented however the wait ends (also when the request is dropped meanwhile).
+        let _waiting = Waiting(self);
+        // In turn: the reply's bytes, then a turn to issue (both at once when free).
+        let turn = async {
+            let bytes = Arc::clone(&self.budget).acquire_many_owned(n).await?;
+            let issuing = Arc::clone(&self.issuing).acquire_owned().await?;
+            Ok::<_, tokio::sync::AcquireError>((bytes, issuing))
+        };
+        let (permit, issuing) = match tokio::time::timeout(within, turn).await {
+            Ok(Ok(permits)) => permits,
+            Err(_elapsed) => {
                 self.metrics.refused.inc();
                 return Err(IssueError::Exhausted {
                     message: format!(
-                        "too many large batches in progress: {MAX_WAITING} are already waiting \
-                         for the node's budget of {} MiB for replies of more than {BULK_MIN_IDS} \
-                         ids; try again shortly, ask another node, or ask for fewer ids",
+                        "too many large batches in progress: this one waited {} ms for its turn \
+                         (the node's budget of {} MiB for replies of more than {BULK_MIN_IDS} \
+                         ids, {MAX_ISSUING} issuing at a time); try again shortly, ask another \
+                         node, or ask for fewer ids",
+                        within.as_millis(),
                         BUDGET_BYTES >> 20
                     ),
                     retry_after_secs: 1,
                 });
             }
-            self.metrics.waiting.inc();
-            // Decremented however the wait ends (also when the request is dropped meanwhile).
-            let _waiting = Waiting(self);
-            let turn = Arc::clone(&self.budget).acquire_many_owned(n);
-            match tokio::time::timeout(within, turn).await {
-                Ok(Ok(permit)) => permit,
-                Err(_elapsed) => {
-                    self.metrics.refused.inc();
-                    return Err(IssueError::Exhausted {
-                        message: format!(
-                            "too many large batches in progress: this one waited {} ms for the \
-                             node's budget of {} MiB for replies of more than {BULK_MIN_IDS} ids; \
-                             try again shortly, ask another node, or ask for fewer ids",
-                            within.as_millis(),
-                            BUDGET_BYTES >> 20
-                        ),
-                        retry_after_secs: 1,
-                    });
-                }
-                // The semaphore is never closed.
-                Ok(Err(_closed)) => {
-                    return Err(IssueError::Unavailable {
-                        message: "shutting down".into(),
-                        retry_after_secs: 1,
-                    });
-                }
+            // The semaphores are never closed.
+            Ok(Err(_closed)) => {
+                return Err(IssueError::Unavailable {
+                    message: "shutting down".into(),
+                    retry_after_secs: 1,
+                });
             }
         };
         self.metrics.held.inc_by(i64::from(n));
         Ok(BulkPermit {
             permit,
+            issuing: Some(issuing),
             held: self.metrics.held.clone(),
         })
     }
@@ -191,7 +206,8 @@ mod tests {
     #[tokio::test]
     async fn the_budget_is_shared_in_turn_and_a_full_queue_is_refused() {
         let gate = Arc::new(BulkGate::new(BulkMetrics::default()));
-        let all = gate.admit(u64::MAX, LONG).await.unwrap();
+        let mut all = gate.admit(u64::MAX, LONG).await.unwrap();
+        all.issued();
         assert_eq!(gate.metrics.held.get(), i64::from(BUDGET_BYTES));
         let mut waiting = Vec::new();
         for _ in 0..MAX_WAITING {
@@ -216,7 +232,9 @@ mod tests {
         assert_eq!(gate.metrics.waiting.get(), 0);
         assert_eq!(gate.metrics.held.get(), 0);
         // Wrapped bytes hold their share until the last copy is gone.
-        let permit = Arc::new(vec![gate.admit(1000, LONG).await.unwrap()]);
+        let mut permit = gate.admit(1000, LONG).await.unwrap();
+        permit.issued();
+        let permit = Arc::new(vec![permit]);
         let bytes = BulkPermit::wrap(&permit, bytes::Bytes::from_static(b"abc"));
         drop(permit);
         assert_eq!(gate.metrics.held.get(), 1000);

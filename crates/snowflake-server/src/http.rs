@@ -398,7 +398,7 @@ async fn next_ids(node: &Node, query: Option<&str>) -> Response {
     };
     // A bulk reply takes its share of the node's budget first (see `crate::bulk`), and holds
     // it until the body is sent or dropped.
-    let permit = if crate::bulk::BulkGate::is_bulk(count) {
+    let mut permit = if crate::bulk::BulkGate::is_bulk(count) {
         let held = count
             .saturating_mul(22)
             .min(2 * IdsBody::CHUNK_BYTES as u64);
@@ -409,7 +409,11 @@ async fn next_ids(node: &Node, query: Option<&str>) -> Response {
     } else {
         None
     };
-    match node.issue(Protocol::Http, count).await {
+    let issued = node.issue(Protocol::Http, count).await;
+    if let Some(permit) = permit.as_mut() {
+        permit.issued();
+    }
+    match issued {
         // Bulk: formatted as hyper sends it, a chunk at a time, so that no runtime thread
         // formats (or writes) megabytes in one go while single IDs wait behind it, no
         // multi-megabyte buffer is allocated, and a slow client holds at most a chunk or two.

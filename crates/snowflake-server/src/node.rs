@@ -300,10 +300,12 @@ impl Node {
         &self.shared.generator
     }
 
-    /// Takes `bytes` of the node-wide budget for bulk replies (see [`crate::bulk`]) for a
-    /// reply, before its IDs are issued; waiting at most a quarter of the request timeout, so
-    /// that an admitted request has the rest to issue them (the request timeout of gRPC and
-    /// HTTP counts from the request's start).
+    /// Takes a turn to issue and `bytes` of the node-wide budget for bulk replies (see
+    /// [`crate::bulk`]) for a reply, before its IDs are issued; waiting at most a quarter of the
+    /// request timeout, so that an admitted request has the rest to issue them (the request
+    /// timeout of gRPC and HTTP counts from the request's start). The caller gives the turn
+    /// back with [`crate::bulk::BulkPermit::issued`] once the IDs are issued, and the bytes by
+    /// dropping the permit with the reply.
     pub async fn admit_bulk(&self, bytes: u64) -> Result<crate::bulk::BulkPermit, IssueError> {
         self.bulk.admit(bytes, self.request_timeout / 4).await
     }

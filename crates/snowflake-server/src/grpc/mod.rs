@@ -304,7 +304,8 @@ impl Snowflake for SnowflakeService {
                 None
             };
             let batches = self.issue(count).await?;
-            if let Some(permit) = permit {
+            if let Some(mut permit) = permit {
+                permit.issued();
                 ReplyBudget::put(&request, permit);
             }
             Ok(Response::new(ids_response(batches, count)))

@@ -543,7 +543,8 @@ async fn answer(
                 .await
                 .map_err(|e| session.refused(&e))?;
             array_header(out, usize::try_from(count).unwrap_or(usize::MAX));
-            if let Some(permit) = permit {
+            if let Some(mut permit) = permit {
+                permit.issued();
                 session.pending = Some((batches, permit));
                 return Ok(());
             }
