@@ -3,6 +3,7 @@
 //! The binary only parses arguments and prints; everything else lives in `snowflake-core`.
 
 use clap::{Args, Parser, Subcommand};
+use settings_args::{LayoutArgs, ServeCli};
 use snowflake_core::{Bits, Clock, Field, Generator, Layout, TWITTER_EPOCH_MS};
 use snowflake_loadgen::BenchArgs;
 use snowflake_server::{Config, Listeners, LogFormat, Node, ServeArgs};
@@ -13,6 +14,7 @@ use std::sync::Arc;
 mod audit;
 mod layouts;
 mod pg_keeper;
+mod settings_args;
 mod state;
 
 /// The most IDs `snowflake next` prints in one run (about 25 s of output at the layout's limit).
@@ -40,26 +42,6 @@ struct Cli {
     command: Command,
 }
 
-#[derive(Debug, Args)]
-struct LayoutArgs {
-    /// The ID layout: twitter (41 | 5 | 5 | 12 bits, the default), js-safe (41 | 2 | 4 | 6:
-    /// every ID at most 2^53 - 1, which a JavaScript number holds), or custom:T,D,W,S
-    /// (timestamp, datacenter, worker and sequence widths; T >= 30, S >= 1, D + W >= 1,
-    /// T + D + W + S <= 63). `serve` records it in its state directory and fleet, and refuses
-    /// to start under another one than they record.
-    #[arg(long, global = true, value_name = "NAME", env = "SNOWFLAKE_LAYOUT")]
-    layout: Option<String>,
-    /// Custom epoch in Unix milliseconds (default: Twitter's, 1288834974657); not in the future.
-    #[arg(
-        long,
-        global = true,
-        value_name = "MS",
-        env = "SNOWFLAKE_EPOCH_MS",
-        allow_negative_numbers = true
-    )]
-    epoch_ms: Option<String>,
-}
-
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Build the ID for a timestamp, datacenter, worker and sequence, and print it.
@@ -79,7 +61,7 @@ enum Command {
     Range(layouts::RangeArgs),
     /// Run the ID service (HTTP/JSON on 127.0.0.1:8080, gRPC on :50051, Thrift on :7609 by
     /// default) until SIGTERM or SIGINT.
-    Serve(Box<ServeArgs>),
+    Serve(Box<ServeCli>),
     /// Keep a PostgreSQL database's pair in the fleet (the extension's fleet mode, beside the
     /// database): lease it in etcd as a node does and grant the database an issue limit that
     /// lapses on its own, until SIGTERM or SIGINT (docs/postgres.md).
@@ -249,7 +231,7 @@ fn main() -> ExitCode {
     };
     match cli.command {
         Command::Serve(args) => {
-            return serve(&args, &cli.layout);
+            return serve(&args.0, &cli.layout);
         }
         Command::PgKeeper(args) => {
             // The database says its layout; one given here must be it.

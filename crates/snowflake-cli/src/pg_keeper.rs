@@ -48,68 +48,49 @@ pub struct PgKeeperArgs {
 #[derive(Debug, Clone, Default)]
 struct ServeFlags(ServeArgs);
 
-/// The shared flags: each `ServeArgs` field with its value type. `augment_args` takes their
-/// definitions from `serve`'s command by id (the field name), so they never drift apart.
-macro_rules! shared_flags {
-    ($($field:ident: $ty:ty),* $(,)?; switches: $($switch:ident),* $(,)?) => {
-        const SHARED: &[&str] = &[$(stringify!($field)),* $(, stringify!($switch))*];
-        /// The shared flags that take no value.
-        #[cfg(test)]
-        const SWITCHES: &[&str] = &[$(stringify!($switch)),*];
+/// The shared flags, by setting key: their definitions are the settings table's, as `serve`'s
+/// are, so they never drift apart.
+const SHARED: &[&str] = &[
+    "config",
+    "etcd_endpoints",
+    "etcd_prefix",
+    "etcd_ca",
+    "etcd_cert",
+    "etcd_key",
+    "etcd_user",
+    "etcd_password_file",
+    "lease_ttl_secs",
+    "claim_timeout_secs",
+    "reserve_ms",
+    "max_clock_step_ms",
+    "clock_step_trust_secs",
+    "hostname",
+    "advertise_addr",
+    "log_format",
+    "log",
+    "allow_cleartext_credentials",
+];
 
-        impl FromArgMatches for ServeFlags {
-            fn from_arg_matches(matches: &ArgMatches) -> Result<Self, clap::Error> {
-                let mut flags = ServeFlags::default();
-                flags.update_from_arg_matches(matches)?;
-                Ok(flags)
-            }
+/// The shared flags that take no value.
+#[cfg(test)]
+const SWITCHES: &[&str] = &["allow_cleartext_credentials"];
 
-            fn update_from_arg_matches(&mut self, matches: &ArgMatches) -> Result<(), clap::Error> {
-                $(
-                    if let Some(value) = matches.get_one::<$ty>(stringify!($field)) {
-                        self.0.$field = Some(value.clone());
-                    }
-                )*
-                $(
-                    if matches.get_flag(stringify!($switch)) {
-                        self.0.$switch = true;
-                    }
-                )*
-                Ok(())
-            }
-        }
-    };
+impl FromArgMatches for ServeFlags {
+    fn from_arg_matches(matches: &ArgMatches) -> Result<Self, clap::Error> {
+        let mut flags = ServeFlags::default();
+        flags.update_from_arg_matches(matches)?;
+        Ok(flags)
+    }
+
+    fn update_from_arg_matches(&mut self, matches: &ArgMatches) -> Result<(), clap::Error> {
+        crate::settings_args::update_shared(&mut self.0, matches, SHARED);
+        Ok(())
+    }
 }
-
-shared_flags!(
-    config: PathBuf,
-    etcd_endpoints: String,
-    etcd_prefix: String,
-    etcd_ca: PathBuf,
-    etcd_cert: PathBuf,
-    etcd_key: PathBuf,
-    etcd_user: String,
-    etcd_password_file: PathBuf,
-    lease_ttl_secs: String,
-    claim_timeout_secs: String,
-    reserve_ms: String,
-    max_clock_step_ms: String,
-    clock_step_trust_secs: String,
-    hostname: String,
-    advertise_addr: String,
-    log_format: String,
-    log: String;
-    switches: allow_cleartext_credentials,
-);
 
 impl Args for ServeFlags {
     fn augment_args(cmd: Command) -> Command {
-        let serve = ServeArgs::augment_args(Command::new("serve"));
-        serve
-            .get_arguments()
-            .filter(|arg| SHARED.contains(&arg.get_id().as_str()))
-            .cloned()
-            .fold(cmd, Command::arg)
+        crate::settings_args::augment_shared(cmd, SHARED)
     }
 
     fn augment_args_for_update(cmd: Command) -> Command {
@@ -218,6 +199,7 @@ pub fn run(args: &PgKeeperArgs, layout: Option<Layout>) -> ExitCode {
 mod tests {
     use super::{PgKeeperArgs, SHARED, SWITCHES, resolve};
     use clap::{Args, Command, FromArgMatches};
+    use snowflake_server::settings;
 
     fn parse(args: &[&str]) -> Result<PgKeeperArgs, clap::Error> {
         let cmd = PgKeeperArgs::augment_args(Command::new("pg-keeper").no_binary_name(true));
@@ -242,17 +224,32 @@ mod tests {
         argv.extend(flags.iter().map(String::as_str));
         let args = parse(&argv).unwrap();
         let serve = &args.serve.0;
-        assert_eq!(serve.etcd_endpoints.as_deref(), Some("v-etcd_endpoints"));
+        for id in SHARED {
+            let setting = settings::find(id).unwrap();
+            let want = if SWITCHES.contains(id) {
+                "true".to_owned()
+            } else {
+                format!("v-{id}")
+            };
+            assert_eq!(serve.get(setting), Some(want.as_str()), "{id}");
+        }
         assert_eq!(
-            serve.etcd_ca.as_deref(),
-            Some(std::path::Path::new("v-etcd_ca"))
+            serve.get(&settings::ETCD_ENDPOINTS),
+            Some("v-etcd_endpoints")
         );
-        assert_eq!(serve.reserve_ms.as_deref(), Some("v-reserve_ms"));
-        assert_eq!(serve.log.as_deref(), Some("v-log"));
-        assert_eq!(serve.advertise_addr.as_deref(), Some("v-advertise_addr"));
-        assert!(serve.allow_cleartext_credentials);
+        assert_eq!(serve.get(&settings::ETCD_CA), Some("v-etcd_ca"));
+        assert_eq!(serve.get(&settings::RESERVE_MS), Some("v-reserve_ms"));
+        assert_eq!(serve.get(&settings::LOG), Some("v-log"));
+        assert_eq!(
+            serve.get(&settings::ADVERTISE_ADDR),
+            Some("v-advertise_addr")
+        );
+        assert_eq!(
+            serve.get(&settings::ALLOW_CLEARTEXT_CREDENTIALS),
+            Some("true")
+        );
         // Not a keeper flag.
-        assert!(serve.http_addr.is_none());
+        assert!(serve.get(&settings::HTTP_ADDR).is_none());
         let err = parse(&["--postgres", "host=x", "--http-addr", "off"]).unwrap_err();
         assert!(err.to_string().contains("--http-addr"), "{err}");
     }

@@ -146,27 +146,43 @@ impl Target {
                     .map_err(|e| anyhow!("invalid {flag}: {e}"))?;
             }
         }
-        let args = ServeArgs {
-            state_dir: self.state_dir.clone(),
-            etcd_endpoints: self.etcd_endpoints.clone(),
-            etcd_prefix: self.etcd_prefix.clone(),
-            etcd_ca: self.etcd_ca.clone(),
-            etcd_cert: self.etcd_cert.clone(),
-            etcd_key: self.etcd_key.clone(),
-            etcd_user: self.etcd_user.clone(),
-            etcd_password_file: self.etcd_password_file.clone(),
-            zookeeper: self.zookeeper.clone(),
-            zookeeper_path: self.zookeeper_path.clone(),
-            zookeeper_auth_file: self.zookeeper_auth_file.clone(),
-            zookeeper_ca: self.zookeeper_ca.clone(),
-            zookeeper_cert: self.zookeeper_cert.clone(),
-            zookeeper_key: self.zookeeper_key.clone(),
-            allow_cleartext_credentials: self.allow_cleartext_credentials,
-            datacenter_id: self.datacenter_id.clone(),
-            worker_id: self.worker_id.clone(),
-            max_clock_step_ms: max_clock_step_ms.cloned(),
-            ..ServeArgs::default()
-        };
+        let mut args = ServeArgs::new();
+        let texts = [
+            ("etcd_endpoints", &self.etcd_endpoints),
+            ("etcd_prefix", &self.etcd_prefix),
+            ("etcd_user", &self.etcd_user),
+            ("zookeeper", &self.zookeeper),
+            ("zookeeper_path", &self.zookeeper_path),
+            ("datacenter_id", &self.datacenter_id),
+            ("worker_id", &self.worker_id),
+        ];
+        for (key, value) in texts {
+            if let Some(value) = value {
+                args.set(key, value);
+            }
+        }
+        let paths = [
+            ("state_dir", &self.state_dir),
+            ("etcd_ca", &self.etcd_ca),
+            ("etcd_cert", &self.etcd_cert),
+            ("etcd_key", &self.etcd_key),
+            ("etcd_password_file", &self.etcd_password_file),
+            ("zookeeper_auth_file", &self.zookeeper_auth_file),
+            ("zookeeper_ca", &self.zookeeper_ca),
+            ("zookeeper_cert", &self.zookeeper_cert),
+            ("zookeeper_key", &self.zookeeper_key),
+        ];
+        for (key, value) in paths {
+            if let Some(value) = value {
+                args.set(key, value);
+            }
+        }
+        if let Some(value) = max_clock_step_ms {
+            args.set("max_clock_step_ms", value);
+        }
+        if self.allow_cleartext_credentials {
+            args.set("allow_cleartext_credentials", "true");
+        }
         let mut config = Config::resolve(&args, epoch_ms)?;
         config.layout = layout;
         let pair = self

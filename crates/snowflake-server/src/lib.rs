@@ -23,6 +23,7 @@ pub mod metrics;
 pub mod node;
 pub mod notify;
 pub mod resp;
+pub mod settings;
 pub mod state;
 pub mod status;
 pub mod thrift;

@@ -25,7 +25,7 @@ fn assert_refused(cases: &[(ServeArgs, &str)]) {
 
 #[test]
 fn defaults_need_no_flags() {
-    let config = Config::resolve(&ServeArgs::default(), None).unwrap();
+    let config = Config::resolve(&ServeArgs::new(), None).unwrap();
     assert_eq!(config.http_addr.unwrap().to_string(), "127.0.0.1:8080");
     assert_eq!(config.grpc_addr.unwrap().to_string(), "127.0.0.1:50051");
     assert_eq!(config.thrift_addr.unwrap().to_string(), "127.0.0.1:7609");
@@ -46,10 +46,7 @@ fn flags_override_the_file_which_overrides_defaults() {
         "http_addr = \"127.0.0.1:9000\"\ndatacenter_id = 3\nworker_id = 5\nmax_batch = 500\n\
          request_timeout_ms = 1500\nstate_dir = \"/tmp/x\"\nlog_format = \"json\"\nepoch_ms = 1600000000000\n",
     );
-    let mut args = ServeArgs {
-        config: Some(toml.path().to_owned()),
-        ..ServeArgs::default()
-    };
+    let mut args = ServeArgs::new().with("config", toml.path());
     let from_file = Config::resolve(&args, None).unwrap();
     assert_eq!(from_file.http_addr.unwrap().to_string(), "127.0.0.1:9000");
     assert_eq!(
@@ -65,17 +62,17 @@ fn flags_override_the_file_which_overrides_defaults() {
     assert_eq!(from_file.log_format, snowflake_server::LogFormat::Json);
     assert_eq!(from_file.layout.epoch_ms(), 1_600_000_000_000);
 
-    args.worker_id = Some("7".into());
-    args.http_addr = Some("off".into());
-    args.grpc_addr = Some("off".into());
-    args.thrift_addr = Some("off".into());
-    args.max_batch = Some("4096".into());
+    args.set("worker_id", "7");
+    args.set("http_addr", "off");
+    args.set("grpc_addr", "off");
+    args.set("thrift_addr", "off");
+    args.set("max_batch", "4096");
     // Turning HTTP off leaves no listener at all, which is refused.
     assert!(err(&args).contains("every listener is off"));
-    args.http_addr = Some("[::1]:0".into());
-    args.thrift_addr = Some("127.0.0.1:7000".into());
-    args.thrift_max_frame_bytes = Some("1024".into());
-    args.grpc_max_concurrent_streams = Some("1024".into());
+    args.set("http_addr", "[::1]:0");
+    args.set("thrift_addr", "127.0.0.1:7000");
+    args.set("thrift_max_frame_bytes", "1024");
+    args.set("grpc_max_concurrent_streams", "1024");
     let overridden = Config::resolve(&args, Some("1288834974657")).unwrap();
     assert_eq!(
         (
@@ -100,113 +97,68 @@ fn flags_override_the_file_which_overrides_defaults() {
 fn bad_values_name_the_setting_the_value_and_the_range() {
     let cases: Vec<(ServeArgs, &str)> = vec![
         (
-            ServeArgs {
-                worker_id: Some("40".into()),
-                ..ServeArgs::default()
-            },
+            ServeArgs::new().with("worker_id", "40"),
             "invalid --worker-id (or SNOWFLAKE_WORKER_ID): invalid worker id: expected 0..=31, found 40",
         ),
         (
-            ServeArgs {
-                datacenter_id: Some("-1".into()),
-                ..ServeArgs::default()
-            },
+            ServeArgs::new().with("datacenter_id", "-1"),
             "invalid --datacenter-id (or SNOWFLAKE_DATACENTER_ID): invalid datacenter id: expected 0..=31, found -1",
         ),
         (
-            ServeArgs {
-                max_batch: Some("0".into()),
-                ..ServeArgs::default()
-            },
+            ServeArgs::new().with("max_batch", "0"),
             "invalid --max-batch (or SNOWFLAKE_MAX_BATCH): expected 1..=100000, found 0",
         ),
         (
-            ServeArgs {
-                max_batch: Some("lots".into()),
-                ..ServeArgs::default()
-            },
+            ServeArgs::new().with("max_batch", "lots"),
             "invalid --max-batch (or SNOWFLAKE_MAX_BATCH): expected a whole number in 1..=100000, found \"lots\"",
         ),
         (
-            ServeArgs {
-                http_addr: Some("localhost".into()),
-                ..ServeArgs::default()
-            },
+            ServeArgs::new().with("http_addr", "localhost"),
             "invalid --http-addr (or SNOWFLAKE_HTTP_ADDR): expected IP:PORT",
         ),
         (
-            ServeArgs {
-                reserve_ms: Some("50".into()),
-                ..ServeArgs::default()
-            },
+            ServeArgs::new().with("reserve_ms", "50"),
             "invalid --reserve-ms (or SNOWFLAKE_RESERVE_MS): expected 100..=60000, found 50",
         ),
         (
-            ServeArgs {
-                max_backwards_wait_ms: Some("99999".into()),
-                ..ServeArgs::default()
-            },
+            ServeArgs::new().with("max_backwards_wait_ms", "99999"),
             "expected 0..=10000, found 99999",
         ),
         (
-            ServeArgs {
-                max_connections: Some("0".into()),
-                ..ServeArgs::default()
-            },
+            ServeArgs::new().with("max_connections", "0"),
             "expected 1..=1000000, found 0",
         ),
         (
-            ServeArgs {
-                log_format: Some("xml".into()),
-                ..ServeArgs::default()
-            },
+            ServeArgs::new().with("log_format", "xml"),
             "expected human or json, found \"xml\"",
         ),
         (
-            ServeArgs {
-                state_dir: Some("".into()),
-                ..ServeArgs::default()
-            },
+            ServeArgs::new().with("state_dir", ""),
             "expected a directory path",
         ),
         (
-            ServeArgs {
-                grpc_addr: Some("50051".into()),
-                ..ServeArgs::default()
-            },
+            ServeArgs::new().with("grpc_addr", "50051"),
             "invalid --grpc-addr (or SNOWFLAKE_GRPC_ADDR): expected IP:PORT",
         ),
         (
-            ServeArgs {
-                thrift_addr: Some("x:1".into()),
-                ..ServeArgs::default()
-            },
+            ServeArgs::new().with("thrift_addr", "x:1"),
             "invalid --thrift-addr (or SNOWFLAKE_THRIFT_ADDR)",
         ),
         (
-            ServeArgs {
-                thrift_max_frame_bytes: Some("16".into()),
-                ..ServeArgs::default()
-            },
+            ServeArgs::new().with("thrift_max_frame_bytes", "16"),
             "expected 64..=16384000, found 16",
         ),
         (
-            ServeArgs {
-                grpc_max_concurrent_streams: Some("0".into()),
-                ..ServeArgs::default()
-            },
+            ServeArgs::new().with("grpc_max_concurrent_streams", "0"),
             "expected 1..=1024, found 0",
         ),
         (
-            ServeArgs {
-                grpc_max_concurrent_streams: Some("1025".into()),
-                ..ServeArgs::default()
-            },
+            ServeArgs::new().with("grpc_max_concurrent_streams", "1025"),
             "expected 1..=1024, found 1025",
         ),
     ];
     assert_refused(&cases);
-    let future = Config::resolve(&ServeArgs::default(), Some("99999999999999"))
+    let future = Config::resolve(&ServeArgs::new(), Some("99999999999999"))
         .unwrap_err()
         .to_string();
     assert!(
@@ -218,47 +170,32 @@ fn bad_values_name_the_setting_the_value_and_the_range() {
 #[test]
 fn bad_files_are_explained() {
     let unknown = file("worker_id = 1\nwokrer_id = 2\n");
-    let got = err(&ServeArgs {
-        config: Some(unknown.path().to_owned()),
-        ..ServeArgs::default()
-    });
+    let got = err(&ServeArgs::new().with("config", unknown.path()));
     assert!(
         got.contains("unknown setting \"wokrer_id\"") && got.contains("known settings: http_addr"),
         "{got}"
     );
 
     let broken = file("worker_id = \n");
-    let got = err(&ServeArgs {
-        config: Some(broken.path().to_owned()),
-        ..ServeArgs::default()
-    });
+    let got = err(&ServeArgs::new().with("config", broken.path()));
     assert!(got.contains("is not valid TOML"), "{got}");
     assert_eq!(got.lines().count(), 1);
 
     let wrong_type = file("worker_id = [1, 2]\n");
-    let got = err(&ServeArgs {
-        config: Some(wrong_type.path().to_owned()),
-        ..ServeArgs::default()
-    });
+    let got = err(&ServeArgs::new().with("config", wrong_type.path()));
     assert!(
         got.contains("invalid worker_id in") && got.contains("0..=31, found \"<array>\""),
         "{got}"
     );
 
     let out_of_range = file("datacenter_id = 32\n");
-    let got = err(&ServeArgs {
-        config: Some(out_of_range.path().to_owned()),
-        ..ServeArgs::default()
-    });
+    let got = err(&ServeArgs::new().with("config", out_of_range.path()));
     assert!(
         got.contains("invalid datacenter_id in") && got.contains("found 32"),
         "{got}"
     );
 
-    let got = err(&ServeArgs {
-        config: Some("/nonexistent/snowflake.toml".into()),
-        ..ServeArgs::default()
-    });
+    let got = err(&ServeArgs::new().with("config", "/nonexistent/snowflake.toml"));
     assert!(
         got.contains("cannot read config file /nonexistent/snowflake.toml"),
         "{got}"
@@ -267,21 +204,11 @@ fn bad_files_are_explained() {
 
 #[test]
 fn worker_threads_default_to_the_cpus_and_are_checked() {
-    let config = Config::resolve(&ServeArgs::default(), None).unwrap();
+    let config = Config::resolve(&ServeArgs::new(), None).unwrap();
     assert!(config.worker_threads >= 1);
-    let one = Config::resolve(
-        &ServeArgs {
-            worker_threads: Some("1".into()),
-            ..ServeArgs::default()
-        },
-        None,
-    )
-    .unwrap();
+    let one = Config::resolve(&ServeArgs::new().with("worker_threads", "1"), None).unwrap();
     assert_eq!(one.worker_threads, 1);
-    let got = err(&ServeArgs {
-        worker_threads: Some("0".into()),
-        ..ServeArgs::default()
-    });
+    let got = err(&ServeArgs::new().with("worker_threads", "0"));
     assert!(
         got.contains(
             "invalid --worker-threads (or SNOWFLAKE_WORKER_THREADS): expected 1..=1024, found 0"
@@ -291,10 +218,7 @@ fn worker_threads_default_to_the_cpus_and_are_checked() {
 }
 
 fn etcd_args(endpoints: &str) -> ServeArgs {
-    ServeArgs {
-        etcd_endpoints: Some(endpoints.into()),
-        ..ServeArgs::default()
-    }
+    ServeArgs::new().with("etcd_endpoints", endpoints)
 }
 
 fn endpoints_of(text: &str) -> Vec<String> {
@@ -307,7 +231,7 @@ fn endpoints_of(text: &str) -> Vec<String> {
 
 #[test]
 fn etcd_is_off_by_default_and_has_defaults_once_on() {
-    let config = Config::resolve(&ServeArgs::default(), None).unwrap();
+    let config = Config::resolve(&ServeArgs::new(), None).unwrap();
     assert_eq!(config.etcd, None);
     assert_eq!(config.advertise_addr, None);
     assert!(!config.worker_id_given);
@@ -323,19 +247,19 @@ fn etcd_is_off_by_default_and_has_defaults_once_on() {
 
     // The claim timeout follows the TTL unless given.
     let mut args = etcd_args("127.0.0.1:2379");
-    args.lease_ttl_secs = Some("30".into());
+    args.set("lease_ttl_secs", "30");
     let etcd = Config::resolve(&args, None).unwrap().etcd.unwrap();
     assert_eq!(
         (etcd.lease_ttl_secs, etcd.claim_timeout),
         (30, Duration::from_secs(32))
     );
-    args.claim_timeout_secs = Some("0".into());
+    args.set("claim_timeout_secs", "0");
     let etcd = Config::resolve(&args, None).unwrap().etcd.unwrap();
     assert_eq!(etcd.claim_timeout, Duration::ZERO);
-    args.claim_timeout_secs = Some("3600".into());
+    args.set("claim_timeout_secs", "3600");
     let etcd = Config::resolve(&args, None).unwrap().etcd.unwrap();
     assert_eq!(etcd.claim_timeout, Duration::from_secs(3600));
-    args.lease_ttl_secs = Some("2".into());
+    args.set("lease_ttl_secs", "2");
     assert_eq!(
         Config::resolve(&args, None)
             .unwrap()
@@ -344,7 +268,7 @@ fn etcd_is_off_by_default_and_has_defaults_once_on() {
             .lease_ttl_secs,
         2
     );
-    args.lease_ttl_secs = Some("300".into());
+    args.set("lease_ttl_secs", "300");
     assert_eq!(
         Config::resolve(&args, None)
             .unwrap()
@@ -426,21 +350,21 @@ fn bad_etcd_endpoints_are_explained() {
         "{got}"
     );
     let mut args = etcd_args("http://10.0.0.1:2379");
-    args.etcd_ca = Some("/etc/ssl/ca.pem".into());
+    args.set("etcd_ca", "/etc/ssl/ca.pem");
     let got = err(&args);
     assert!(
         got.contains("--etcd-ca (or SNOWFLAKE_ETCD_CA) needs https://"),
         "{got}"
     );
     let mut args = etcd_args("http://10.0.0.1:2379");
-    args.etcd_user = Some("snowflake".into());
+    args.set("etcd_user", "snowflake");
     let got = err(&args);
     assert!(
         got.contains("needs a password: --etcd-password-file"),
         "{got}"
     );
     let mut args = etcd_args("http://10.0.0.1:2379");
-    args.etcd_password_file = Some("/nonexistent/password".into());
+    args.set("etcd_password_file", "/nonexistent/password");
     let got = err(&args);
     assert!(
         got.contains(
@@ -448,10 +372,7 @@ fn bad_etcd_endpoints_are_explained() {
         ),
         "{got}"
     );
-    let args = ServeArgs {
-        etcd_user: Some("snowflake".into()),
-        ..ServeArgs::default()
-    };
+    let args = ServeArgs::new().with("etcd_user", "snowflake");
     let got = err(&args);
     assert!(got.contains("--etcd-user needs --etcd-endpoints"), "{got}");
     // User input echoed in an error is cut short.
@@ -464,7 +385,7 @@ fn bad_etcd_endpoints_are_explained() {
 fn lease_ttl_and_claim_timeout_are_range_checked() {
     for (ttl, found) in [("1", "found 1"), ("301", "found 301"), ("0", "found 0")] {
         let mut args = etcd_args("127.0.0.1:2379");
-        args.lease_ttl_secs = Some(ttl.into());
+        args.set("lease_ttl_secs", ttl);
         let got = err(&args);
         assert!(
             got.contains(
@@ -474,10 +395,10 @@ fn lease_ttl_and_claim_timeout_are_range_checked() {
         );
     }
     let mut args = etcd_args("127.0.0.1:2379");
-    args.lease_ttl_secs = Some("ten".into());
+    args.set("lease_ttl_secs", "ten");
     assert!(err(&args).contains("expected a whole number in 2..=300, found \"ten\""));
     let mut args = etcd_args("127.0.0.1:2379");
-    args.claim_timeout_secs = Some("3601".into());
+    args.set("claim_timeout_secs", "3601");
     let got = err(&args);
     assert!(
         got.contains(
@@ -491,33 +412,21 @@ fn lease_ttl_and_claim_timeout_are_range_checked() {
 fn etcd_settings_without_etcd_endpoints_are_refused() {
     let cases = [
         (
-            ServeArgs {
-                etcd_prefix: Some("/prod".into()),
-                ..ServeArgs::default()
-            },
+            ServeArgs::new().with("etcd_prefix", "/prod"),
             "--etcd-prefix needs --etcd-endpoints",
         ),
         (
-            ServeArgs {
-                lease_ttl_secs: Some("10".into()),
-                ..ServeArgs::default()
-            },
+            ServeArgs::new().with("lease_ttl_secs", "10"),
             "--lease-ttl-secs needs --etcd-endpoints",
         ),
         (
-            ServeArgs {
-                claim_timeout_secs: Some("5".into()),
-                ..ServeArgs::default()
-            },
+            ServeArgs::new().with("claim_timeout_secs", "5"),
             "--claim-timeout-secs needs --etcd-endpoints",
         ),
     ];
     assert_refused(&cases);
     // Still range-checked first: the more precise error wins.
-    let got = err(&ServeArgs {
-        lease_ttl_secs: Some("1".into()),
-        ..ServeArgs::default()
-    });
+    let got = err(&ServeArgs::new().with("lease_ttl_secs", "1"));
     assert!(got.contains("expected 2..=300, found 1"), "{got}");
 }
 
@@ -525,7 +434,7 @@ fn etcd_settings_without_etcd_endpoints_are_refused() {
 fn etcd_prefixes_are_checked_and_lose_a_trailing_slash() {
     let prefix_of = |text: &str| {
         let mut args = etcd_args("127.0.0.1:2379");
-        args.etcd_prefix = Some(text.into());
+        args.set("etcd_prefix", text);
         Config::resolve(&args, None).map(|c| c.etcd.unwrap().prefix)
     };
     assert_eq!(prefix_of("/snowflake").unwrap(), "/snowflake");
@@ -561,108 +470,20 @@ fn etcd_prefixes_are_checked_and_lose_a_trailing_slash() {
 fn worker_id_given_only_when_the_worker_id_is_given() {
     let mut args = etcd_args("127.0.0.1:2379");
     assert!(!Config::resolve(&args, None).unwrap().worker_id_given);
-    args.datacenter_id = Some("3".into());
+    args.set("datacenter_id", "3");
     assert!(!Config::resolve(&args, None).unwrap().worker_id_given);
-    args.worker_id = Some("0".into());
+    args.set("worker_id", "0");
     let config = Config::resolve(&args, None).unwrap();
     assert!(config.worker_id_given, "even the default value, when given");
     assert_eq!((config.datacenter_id, config.worker_id), (3, 0));
 
     let toml = file("worker_id = 5\n");
-    let from_file = Config::resolve(
-        &ServeArgs {
-            config: Some(toml.path().to_owned()),
-            ..ServeArgs::default()
-        },
-        None,
-    )
-    .unwrap();
+    let from_file = Config::resolve(&ServeArgs::new().with("config", toml.path()), None).unwrap();
     assert!(from_file.worker_id_given);
     assert_eq!(from_file.worker_id, 5);
     let toml = file("datacenter_id = 5\n");
-    let without = Config::resolve(
-        &ServeArgs {
-            config: Some(toml.path().to_owned()),
-            ..ServeArgs::default()
-        },
-        None,
-    )
-    .unwrap();
+    let without = Config::resolve(&ServeArgs::new().with("config", toml.path()), None).unwrap();
     assert!(!without.worker_id_given);
-}
-
-/// Set in the child process that [`settings_from_the_environment`] starts.
-const CHILD: &str = "SNOWFLAKE_CONFIG_TEST_CHILD";
-
-#[derive(clap::Parser)]
-struct Cli {
-    #[command(flatten)]
-    serve: ServeArgs,
-}
-
-/// The environment variables are read by clap into the same fields as the flags; this runs in a
-/// child process so that setting them cannot race the other tests' threads.
-#[test]
-fn settings_from_the_environment() {
-    use clap::Parser;
-    if std::env::var_os(CHILD).is_none() {
-        let mut child = std::process::Command::new(std::env::current_exe().unwrap());
-        // Only the variables set here: none inherited from whoever runs the tests.
-        for (name, _) in std::env::vars_os() {
-            if name.to_string_lossy().starts_with("SNOWFLAKE_") {
-                child.env_remove(name);
-            }
-        }
-        let output = child
-            .args([
-                "--exact",
-                "config::settings_from_the_environment",
-                "--nocapture",
-                "--test-threads=1",
-            ])
-            .env(CHILD, "1")
-            .env("SNOWFLAKE_WORKER_ID", "4")
-            .env("SNOWFLAKE_ETCD_ENDPOINTS", "10.0.0.1:2379,10.0.0.2:2379")
-            .env("SNOWFLAKE_ETCD_PREFIX", "/env/")
-            .env("SNOWFLAKE_LEASE_TTL_SECS", "5")
-            .env("SNOWFLAKE_ADVERTISE_ADDR", "ids-4.internal:7609")
-            .output()
-            .unwrap();
-        let stdout = String::from_utf8_lossy(&output.stdout);
-        assert!(
-            output.status.success() && stdout.contains("1 passed"),
-            "{stdout}\n{}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-        return;
-    }
-    let cli = Cli::try_parse_from(["snowflake"]).unwrap();
-    let config = Config::resolve(&cli.serve, None).unwrap();
-    assert!(config.worker_id_given);
-    assert_eq!(config.worker_id, 4);
-    let etcd = config.etcd.unwrap();
-    assert_eq!(
-        etcd.endpoints,
-        ["http://10.0.0.1:2379", "http://10.0.0.2:2379"]
-    );
-    assert_eq!(etcd.prefix, "/env");
-    assert_eq!(
-        (etcd.lease_ttl_secs, etcd.claim_timeout),
-        (5, Duration::from_secs(7))
-    );
-    assert_eq!(
-        config.advertise_addr.as_deref(),
-        Some("ids-4.internal:7609")
-    );
-    // A flag overrides its variable.
-    let cli = Cli::try_parse_from(["snowflake", "--lease-ttl-secs", "1"]).unwrap();
-    let got = err(&cli.serve);
-    assert!(
-        got.contains(
-            "invalid --lease-ttl-secs (or SNOWFLAKE_LEASE_TTL_SECS): expected 2..=300, found 1"
-        ),
-        "{got}"
-    );
 }
 
 #[test]
@@ -672,10 +493,7 @@ fn etcd_settings_from_the_config_file() {
          lease_ttl_secs = 20\nclaim_timeout_secs = 5\nadvertise_addr = \"ids-3.internal:7609\"\n\
          worker_id = 3\n",
     );
-    let mut args = ServeArgs {
-        config: Some(toml.path().to_owned()),
-        ..ServeArgs::default()
-    };
+    let mut args = ServeArgs::new().with("config", toml.path());
     let config = Config::resolve(&args, None).unwrap();
     let etcd = config.etcd.clone().unwrap();
     assert_eq!(
@@ -693,8 +511,8 @@ fn etcd_settings_from_the_config_file() {
     assert_eq!(config.worker_id, 3);
 
     // Flags override the file.
-    args.etcd_endpoints = Some("10.0.0.9:2379".into());
-    args.lease_ttl_secs = Some("60".into());
+    args.set("etcd_endpoints", "10.0.0.9:2379");
+    args.set("lease_ttl_secs", "60");
     let etcd = Config::resolve(&args, None).unwrap().etcd.unwrap();
     assert_eq!(etcd.endpoints, ["http://10.0.0.9:2379"]);
     assert_eq!(
@@ -704,10 +522,7 @@ fn etcd_settings_from_the_config_file() {
 
     let shown = |contents: &str| {
         let toml = file(contents);
-        let got = err(&ServeArgs {
-            config: Some(toml.path().to_owned()),
-            ..ServeArgs::default()
-        });
+        let got = err(&ServeArgs::new().with("config", toml.path()));
         (got, toml.path().display().to_string())
     };
     let (got, path) = shown("etcd_endpoints = \"http://10.0.0.1:2379,https://10.0.0.2:2379\"\n");
@@ -742,14 +557,8 @@ fn etcd_settings_from_the_config_file() {
 #[test]
 fn advertise_addr_is_host_and_port() {
     let advertised = |text: &str| {
-        Config::resolve(
-            &ServeArgs {
-                advertise_addr: Some(text.into()),
-                ..ServeArgs::default()
-            },
-            None,
-        )
-        .map(|c| c.advertise_addr)
+        Config::resolve(&ServeArgs::new().with("advertise_addr", text), None)
+            .map(|c| c.advertise_addr)
     };
     for good in [
         "10.0.0.7:7609",
@@ -786,15 +595,12 @@ fn advertise_addr_is_host_and_port() {
 }
 
 fn zk_args(servers: &str) -> ServeArgs {
-    ServeArgs {
-        zookeeper: Some(servers.into()),
-        ..ServeArgs::default()
-    }
+    ServeArgs::new().with("zookeeper", servers)
 }
 
 #[test]
 fn zookeeper_is_off_by_default_and_has_the_2010_defaults_once_on() {
-    let config = Config::resolve(&ServeArgs::default(), None).unwrap();
+    let config = Config::resolve(&ServeArgs::new(), None).unwrap();
     assert!(config.zookeeper.is_none());
     assert_eq!(config.identity_source, "static");
     let config =
@@ -807,13 +613,11 @@ fn zookeeper_is_off_by_default_and_has_the_2010_defaults_once_on() {
     assert_eq!(zk.claim_timeout, Duration::from_secs(12));
     assert_eq!(zk.max_peer_skew_ms, 10_000);
 
-    let args = ServeArgs {
-        zookeeper_path: Some("/ids/dc2/".into()),
-        zookeeper_session_timeout_ms: Some("4000".into()),
-        max_peer_skew_ms: Some("0".into()),
-        claim_timeout_secs: Some("3".into()),
-        ..zk_args("zk:2181")
-    };
+    let args = zk_args("zk:2181")
+        .with("zookeeper_path", "/ids/dc2/")
+        .with("zookeeper_session_timeout_ms", "4000")
+        .with("max_peer_skew_ms", "0")
+        .with("claim_timeout_secs", "3");
     let zk = Config::resolve(&args, None).unwrap().zookeeper.unwrap();
     assert_eq!(zk.path, "/ids/dc2");
     assert_eq!(zk.session_timeout, Duration::from_millis(4000));
@@ -828,45 +632,27 @@ fn bad_zookeeper_settings_are_explained() {
         (zk_args("zk:0"), vec!["--zookeeper", "\"zk:0\""]),
         (zk_args("zk:2181,"), vec!["--zookeeper", "HOST:PORT"]),
         (
-            ServeArgs {
-                zookeeper_session_timeout_ms: Some("999".into()),
-                ..zk_args("zk:2181")
-            },
+            zk_args("zk:2181").with("zookeeper_session_timeout_ms", "999"),
             vec!["--zookeeper-session-timeout-ms", "1000..=120000", "999"],
         ),
         (
-            ServeArgs {
-                zookeeper_path: Some("servers".into()),
-                ..zk_args("zk:2181")
-            },
+            zk_args("zk:2181").with("zookeeper_path", "servers"),
             vec!["--zookeeper-path", "\"servers\""],
         ),
         (
-            ServeArgs {
-                thrift_addr: Some("off".into()),
-                ..zk_args("zk:2181")
-            },
+            zk_args("zk:2181").with("thrift_addr", "off"),
             vec!["--zookeeper needs the Thrift listener"],
         ),
         (
-            ServeArgs {
-                etcd_endpoints: Some("127.0.0.1:2379".into()),
-                ..zk_args("zk:2181")
-            },
+            zk_args("zk:2181").with("etcd_endpoints", "127.0.0.1:2379"),
             vec!["--etcd-endpoints and --zookeeper", "choose one"],
         ),
         (
-            ServeArgs {
-                zookeeper_path: Some("/x".into()),
-                ..ServeArgs::default()
-            },
+            ServeArgs::new().with("zookeeper_path", "/x"),
             vec!["--zookeeper-path needs --zookeeper"],
         ),
         (
-            ServeArgs {
-                max_peer_skew_ms: Some("5".into()),
-                ..ServeArgs::default()
-            },
+            ServeArgs::new().with("max_peer_skew_ms", "5"),
             vec!["--max-peer-skew-ms needs --zookeeper"],
         ),
     ] {
@@ -877,10 +663,7 @@ fn bad_zookeeper_settings_are_explained() {
         assert!(!message.contains('\n'), "one line: {message:?}");
     }
     // The claim timeout also serves ZooKeeper.
-    let args = ServeArgs {
-        claim_timeout_secs: Some("4".into()),
-        ..zk_args("zk:2181")
-    };
+    let args = zk_args("zk:2181").with("claim_timeout_secs", "4");
     assert!(Config::resolve(&args, None).is_ok());
 }
 
@@ -888,11 +671,9 @@ fn bad_zookeeper_settings_are_explained() {
 fn worker_ids_from_the_host_name() {
     let ordinal = |host: &str| {
         Config::resolve(
-            &ServeArgs {
-                worker_id_from_hostname: true,
-                hostname: Some(host.into()),
-                ..ServeArgs::default()
-            },
+            &ServeArgs::new()
+                .with("worker_id_from_hostname", "true")
+                .with("hostname", host),
             None,
         )
     };
@@ -928,32 +709,24 @@ fn worker_ids_from_the_host_name() {
             );
         }
     }
-    let bad_host = Config::resolve(
-        &ServeArgs {
-            hostname: Some("a b".into()),
-            ..ServeArgs::default()
-        },
-        None,
-    )
-    .unwrap_err()
-    .to_string();
+    let bad_host = Config::resolve(&ServeArgs::new().with("hostname", "a b"), None)
+        .unwrap_err()
+        .to_string();
     assert!(bad_host.contains("--hostname"), "{bad_host}");
-    let both = ServeArgs {
-        worker_id_from_hostname: true,
-        worker_id: Some("3".into()),
-        hostname: Some("snowflake-7".into()),
-        ..ServeArgs::default()
-    };
+    let both = ServeArgs::new()
+        .with("worker_id_from_hostname", "true")
+        .with("worker_id", "3")
+        .with("hostname", "snowflake-7");
     assert!(err(&both).contains("keep one"), "{}", err(&both));
 }
 
 #[test]
 fn worker_ids_from_the_config_files_host_map() {
     let toml = file("[worker_id_map]\n\"host-a\" = 3\n\"host-b\" = 4\n");
-    let with_host = |host: &str| ServeArgs {
-        config: Some(toml.path().to_owned()),
-        hostname: Some(host.into()),
-        ..ServeArgs::default()
+    let with_host = |host: &str| {
+        ServeArgs::new()
+            .with("config", toml.path())
+            .with("hostname", host)
     };
     let config = Config::resolve(&with_host("host-b"), None).unwrap();
     assert_eq!(
@@ -979,11 +752,9 @@ fn worker_ids_from_the_config_files_host_map() {
         ),
     ] {
         let bad = file(contents);
-        let args = ServeArgs {
-            config: Some(bad.path().to_owned()),
-            hostname: Some("a".into()),
-            ..ServeArgs::default()
-        };
+        let args = ServeArgs::new()
+            .with("config", bad.path())
+            .with("hostname", "a");
         let message = err(&args);
         assert!(
             message.contains(needle),
@@ -998,17 +769,11 @@ fn worker_ids_from_the_config_files_host_map() {
 fn signs_and_floats_are_not_whole_numbers() {
     assert_refused(&[
         (
-            ServeArgs {
-                reserve_ms: Some("+500".into()),
-                ..ServeArgs::default()
-            },
+            ServeArgs::new().with("reserve_ms", "+500"),
             "invalid --reserve-ms (or SNOWFLAKE_RESERVE_MS): expected a whole number in 100..=60000, found \"+500\"",
         ),
         (
-            ServeArgs {
-                worker_id: Some("+3".into()),
-                ..ServeArgs::default()
-            },
+            ServeArgs::new().with("worker_id", "+3"),
             "invalid --worker-id (or SNOWFLAKE_WORKER_ID): invalid worker id",
         ),
     ]);
@@ -1018,10 +783,7 @@ fn signs_and_floats_are_not_whole_numbers() {
         ("reserve_ms = 500.5\n", "invalid reserve_ms in"),
     ] {
         let config = file(contents);
-        let got = err(&ServeArgs {
-            config: Some(config.path().to_owned()),
-            ..ServeArgs::default()
-        });
+        let got = err(&ServeArgs::new().with("config", config.path()));
         assert!(got.contains(needle), "{contents:?}: {got}");
         assert!(
             got.contains("found \""),
@@ -1032,15 +794,13 @@ fn signs_and_floats_are_not_whole_numbers() {
 
 #[test]
 fn the_clock_step_settings_have_defaults_and_ranges() {
-    let config = Config::resolve(&ServeArgs::default(), None).unwrap();
+    let config = Config::resolve(&ServeArgs::new(), None).unwrap();
     assert_eq!(config.max_clock_step_ms, 1000);
     assert_eq!(config.clock_step_trust, Duration::from_secs(10));
     let config = Config::resolve(
-        &ServeArgs {
-            max_clock_step_ms: Some("250".into()),
-            clock_step_trust_secs: Some("30".into()),
-            ..ServeArgs::default()
-        },
+        &ServeArgs::new()
+            .with("max_clock_step_ms", "250")
+            .with("clock_step_trust_secs", "30"),
         None,
     )
     .unwrap();
@@ -1048,49 +808,31 @@ fn the_clock_step_settings_have_defaults_and_ranges() {
     assert_eq!(config.clock_step_trust, Duration::from_secs(30));
     assert_refused(&[
         (
-            ServeArgs {
-                max_clock_step_ms: Some("0".into()),
-                ..ServeArgs::default()
-            },
+            ServeArgs::new().with("max_clock_step_ms", "0"),
             "invalid --max-clock-step-ms (or SNOWFLAKE_MAX_CLOCK_STEP_MS): expected 1..=3600000, found 0",
         ),
         (
-            ServeArgs {
-                clock_step_trust_secs: Some("3601".into()),
-                ..ServeArgs::default()
-            },
+            ServeArgs::new().with("clock_step_trust_secs", "3601"),
             "invalid --clock-step-trust-secs (or SNOWFLAKE_CLOCK_STEP_TRUST_SECS): expected 1..=3600, found 3601",
         ),
         (
-            ServeArgs {
-                max_batch: Some("100001".into()),
-                ..ServeArgs::default()
-            },
+            ServeArgs::new().with("max_batch", "100001"),
             "invalid --max-batch (or SNOWFLAKE_MAX_BATCH): expected 1..=100000, found 100001",
         ),
     ]);
     let from_file = file("max_clock_step_ms = 5000\nclock_step_trust_secs = 2\n");
-    let config = Config::resolve(
-        &ServeArgs {
-            config: Some(from_file.path().to_owned()),
-            ..ServeArgs::default()
-        },
-        None,
-    )
-    .unwrap();
+    let config = Config::resolve(&ServeArgs::new().with("config", from_file.path()), None).unwrap();
     assert_eq!(config.max_clock_step_ms, 5000);
     assert_eq!(config.clock_step_trust, Duration::from_secs(2));
 }
 
 #[test]
 fn resp_limits_are_settings_with_ranges() {
-    let args = ServeArgs {
-        resp_addr: Some("127.0.0.1:6380".into()),
-        resp_max_bulk_bytes: Some("4096".into()),
-        resp_max_args: Some("16".into()),
-        resp_max_inline_bytes: Some("1024".into()),
-        ..ServeArgs::default()
-    };
+    let args = ServeArgs::new()
+        .with("resp_addr", "127.0.0.1:6380")
+        .with("resp_max_bulk_bytes", "4096")
+        .with("resp_max_args", "16")
+        .with("resp_max_inline_bytes", "1024");
     let config = Config::resolve(&args, None).unwrap();
     assert_eq!(config.resp_addr, Some("127.0.0.1:6380".parse().unwrap()));
     let limits = config.resp_limits;
@@ -1102,20 +844,14 @@ fn resp_limits_are_settings_with_ranges() {
         ),
         (4096, 16, 1024)
     );
-    let got = err(&ServeArgs {
-        resp_max_args: Some("1".into()),
-        ..ServeArgs::default()
-    });
+    let got = err(&ServeArgs::new().with("resp_max_args", "1"));
     assert!(
         got.contains(
             "invalid --resp-max-args (or SNOWFLAKE_RESP_MAX_ARGS): expected 2..=65536, found 1"
         ),
         "{got}"
     );
-    let got = err(&ServeArgs {
-        resp_addr: Some("6380".into()),
-        ..ServeArgs::default()
-    });
+    let got = err(&ServeArgs::new().with("resp_addr", "6380"));
     assert!(got.contains("invalid --resp-addr"), "{got}");
 }
 
@@ -1125,65 +861,48 @@ fn the_layout_from_the_flag_or_the_file_sets_the_ranges_and_the_default_batch() 
     let resolve = |args: &ServeArgs, epoch: Option<&str>, layout: Option<&str>| {
         Config::resolve_with_layout(args, epoch, layout)
     };
-    let defaults = resolve(&ServeArgs::default(), None, None).unwrap();
+    let defaults = resolve(&ServeArgs::new(), None, None).unwrap();
     assert_eq!(defaults.layout, Layout::TWITTER);
     assert_eq!(defaults.max_batch, 100_000);
 
     // --layout (or SNOWFLAKE_LAYOUT): js-safe's ranges, and a default batch of 250 ms of its
     // rate (64,000 IDs/s).
-    let js = resolve(&ServeArgs::default(), None, Some("js-safe")).unwrap();
+    let js = resolve(&ServeArgs::new(), None, Some("js-safe")).unwrap();
     assert_eq!(js.layout, Layout::JS_SAFE);
     assert_eq!(js.max_batch, 16_000);
-    let given = ServeArgs {
-        max_batch: Some("50000".into()),
-        ..ServeArgs::default()
-    };
+    let given = ServeArgs::new().with("max_batch", "50000");
     assert_eq!(
         resolve(&given, None, Some("js-safe")).unwrap().max_batch,
         50_000,
         "a given one stands"
     );
-    let worker = ServeArgs {
-        worker_id: Some("16".into()),
-        ..ServeArgs::default()
-    };
+    let worker = ServeArgs::new().with("worker_id", "16");
     let got = resolve(&worker, None, Some("js-safe"))
         .unwrap_err()
         .to_string();
     assert!(got.contains("expected 0..=15, found 16"), "{got}");
     // With --epoch-ms.
-    let later = resolve(
-        &ServeArgs::default(),
-        Some("1600000000000"),
-        Some("js-safe"),
-    )
-    .unwrap();
+    let later = resolve(&ServeArgs::new(), Some("1600000000000"), Some("js-safe")).unwrap();
     assert_eq!(later.layout.epoch_ms(), 1_600_000_000_000);
     assert_eq!(later.layout.bits(), Layout::JS_SAFE.bits());
 
     // The config file's `layout` key; a flag overrides it.
     let toml = file("layout = \"js-safe\"\n");
-    let args = ServeArgs {
-        config: Some(toml.path().to_owned()),
-        ..ServeArgs::default()
-    };
+    let args = ServeArgs::new().with("config", toml.path());
     assert_eq!(resolve(&args, None, None).unwrap().layout, Layout::JS_SAFE);
     assert_eq!(
         resolve(&args, None, Some("twitter")).unwrap().layout,
         Layout::TWITTER
     );
     let toml = file("layout = \"custom:29,5,5,12\"\n");
-    let args = ServeArgs {
-        config: Some(toml.path().to_owned()),
-        ..ServeArgs::default()
-    };
+    let args = ServeArgs::new().with("config", toml.path());
     let got = resolve(&args, None, None).unwrap_err().to_string();
     assert!(
         got.starts_with("invalid layout in ") && got.contains("needs at least 30 bits"),
         "{got}"
     );
     // A layout whose last millisecond has passed, with the epoch given: both named.
-    let got = resolve(&ServeArgs::default(), Some("1"), Some("custom:30,5,5,12"))
+    let got = resolve(&ServeArgs::new(), Some("1"), Some("custom:30,5,5,12"))
         .unwrap_err()
         .to_string();
     assert!(
