@@ -911,3 +911,22 @@ fn the_layout_from_the_flag_or_the_file_sets_the_ranges_and_the_default_batch() 
         "{got}"
     );
 }
+
+/// docs/configuration.md is generated from the settings table; a stale page fails here.
+#[test]
+fn configuration_doc_is_current() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/configuration.md");
+    let want = snowflake_server::settings::markdown();
+    if std::env::var_os("SNOWFLAKE_REGENERATE_DOCS").is_some() {
+        std::fs::write(&path, &want).unwrap();
+        return;
+    }
+    let have = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(
+        have == want,
+        "{} is not what the settings table generates; regenerate it with \
+         SNOWFLAKE_REGENERATE_DOCS=1 cargo test -p snowflake-server --test lib \
+         configuration_doc, and commit it",
+        path.display()
+    );
+}

@@ -12,40 +12,57 @@ pub fn markdown() -> String {
          from, first to last: its flag, its environment variable, its key in the TOML file given \
          by `--config` (or `SNOWFLAKE_CONFIG`), and its default. Everything is checked before a \
          listener is bound: a bad value stops the start with one line naming the setting, the \
-         value and what is valid, and exit status 2. A config file holding a key not listed \
-         here is refused, with the list of known keys.\n\n\
+         value and what is valid, and exit status 2.\n\n\
+         <!-- doc-test: file snowflake.toml -->\n\
          ```toml\n\
-         # /etc/snowflake/snowflake.toml\n\
-         http_addr = \"0.0.0.0:8080\"\n\
+         # snowflake.toml\n\
+         http_addr = \"127.0.0.1:8080\"\n\
          datacenter_id = 1\n\
          worker_id = 3\n\
-         state_dir = \"/var/lib/snowflake\"\n\
+         state_dir = \"snowflake-state\"\n\
          ```\n\n\
-         `--layout` and `--epoch-ms` are flags of every subcommand (`snowflake --layout js-safe \
+         A flag overrides the file, and names itself when its value is wrong:\n\n\
+         <!-- doc-test: output -->\n\
+         ```console\n\
+         $ snowflake serve --config snowflake.toml --worker-id 40\n\
+         error: invalid --worker-id (or SNOWFLAKE_WORKER_ID): invalid worker id: expected 0..=31, found 40\n\
+         ```\n\n\
+         A key the file may not hold is refused with the list of those it may:\n\n\
+         <!-- doc-test: file typo.toml -->\n\
+         ```toml\n\
+         wokrer_id = 3\n\
+         ```\n\n\
+         <!-- doc-test: output -->\n\
+         ```console\n\
+         $ snowflake serve --config typo.toml\n",
+    );
+    page.push_str(&format!(
+        "error: unknown setting \"wokrer_id\" in config file typo.toml; known settings: {}\n```\n\n",
+        super::file_keys().collect::<Vec<_>>().join(", ")
+    ));
+    page.push_str(
+        "`--layout` and `--epoch-ms` are flags of every subcommand (`snowflake --layout js-safe \
          serve`); the other flags belong to `serve`. Where worker ids come from in a fleet: \
          [fleet.md](fleet.md); TLS and secrets: [security.md](security.md).\n",
     );
-    let mut group: Option<Group> = None;
+    let mut groups: Vec<Group> = Vec::new();
     for setting in SETTINGS {
-        if group != Some(setting.group) {
-            group = Some(setting.group);
-            page.push_str(&format!(
-                "\n## {}\n\n| flag | environment | file key | default | range |\n|---|---|---|---|---|\n",
-                setting.group.heading()
-            ));
-            // The descriptions follow the group's table.
+        if !groups.contains(&setting.group) {
+            groups.push(setting.group);
         }
-        page.push_str(&row(setting));
-        let last_of_group = SETTINGS
-            .iter()
-            .skip_while(|s| s.key != setting.key)
-            .nth(1)
-            .is_none_or(|next| next.group != setting.group);
-        if last_of_group {
-            page.push('\n');
-            for s in SETTINGS.iter().filter(|s| s.group == setting.group) {
-                page.push_str(&format!("- **{}**: {}\n", title(s), s.help));
-            }
+    }
+    for group in groups {
+        let members = || SETTINGS.iter().filter(move |s| s.group == group);
+        page.push_str(&format!(
+            "\n## {}\n\n| flag | environment | file key | default | range |\n|---|---|---|---|---|\n",
+            group.heading()
+        ));
+        for setting in members() {
+            page.push_str(&row(setting));
+        }
+        page.push('\n');
+        for setting in members() {
+            page.push_str(&format!("- **{}**: {}\n", title(setting), setting.help));
         }
     }
     page

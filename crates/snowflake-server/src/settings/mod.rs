@@ -81,8 +81,10 @@ pub enum DefaultValue {
 /// The sections settings are grouped in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Group {
-    /// The config file and the layout.
+    /// The config file.
     Service,
+    /// The ID layout (flags of every subcommand).
+    Layout,
     /// The listen addresses.
     Listeners,
     /// Sizes, counts and time limits of requests and connections.
@@ -108,6 +110,7 @@ impl Group {
     pub fn heading(self) -> &'static str {
         match self {
             Group::Service => "Service",
+            Group::Layout => "Layout",
             Group::Listeners => "Listeners",
             Group::Limits => "Limits",
             Group::Clock => "Clock",

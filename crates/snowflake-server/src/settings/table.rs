@@ -42,6 +42,7 @@ pub const LAYOUT: Setting = Setting {
     env: Some("SNOWFLAKE_LAYOUT"),
     value_name: "NAME",
     default: DefaultValue::Value("twitter"),
+    group: Group::Layout,
     help: "The ID layout: twitter (41 | 5 | 5 | 12 bits, the default), js-safe (41 | 2 | 4 | 6: \
            every ID at most 2^53 - 1, which a JavaScript number holds), or custom:T,D,W,S \
            (timestamp, datacenter, worker and sequence widths; T >= 30, S >= 1, D + W >= 1, \
@@ -59,6 +60,7 @@ pub const EPOCH_MS: Setting = Setting {
     value_name: "MS",
     kind: Kind::LayoutField,
     default: DefaultValue::Computed("Twitter's, 1288834974657"),
+    group: Group::Layout,
     help: "Custom epoch in Unix milliseconds; not in the future.",
     global: true,
     ..BASE
