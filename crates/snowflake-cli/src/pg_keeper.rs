@@ -4,12 +4,13 @@
 //! policy, the logs, `--config` — resolved exactly as `serve` resolves them, then handed to
 //! the `snowflake-pg-keeper` crate.
 
+use crate::settings_args::{Shared, SharedKeys};
 use anyhow::{Context, bail};
-use clap::{ArgMatches, Args, Command, FromArgMatches};
+use clap::Args;
 use snowflake_core::Layout;
 use snowflake_pg_keeper::{Settings, Target};
+use snowflake_server::Config;
 use snowflake_server::clock_trust::ClockAnchor;
-use snowflake_server::{Config, ServeArgs};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -44,59 +45,42 @@ pub struct PgKeeperArgs {
 }
 
 /// `serve`'s flags that `pg-keeper` shares, parsed into a `ServeArgs` whose other flags are
-/// unset.
-#[derive(Debug, Clone, Default)]
-struct ServeFlags(ServeArgs);
+/// unset: their definitions are the settings table's, as `serve`'s are, so they never drift
+/// apart.
+type ServeFlags = Shared<KeeperFlags>;
 
-/// The shared flags, by setting key: their definitions are the settings table's, as `serve`'s
-/// are, so they never drift apart.
-const SHARED: &[&str] = &[
-    "config",
-    "etcd_endpoints",
-    "etcd_prefix",
-    "etcd_ca",
-    "etcd_cert",
-    "etcd_key",
-    "etcd_user",
-    "etcd_password_file",
-    "lease_ttl_secs",
-    "claim_timeout_secs",
-    "reserve_ms",
-    "max_clock_step_ms",
-    "clock_step_trust_secs",
-    "hostname",
-    "advertise_addr",
-    "log_format",
-    "log",
-    "allow_cleartext_credentials",
-];
+#[derive(Debug, Clone)]
+struct KeeperFlags;
+
+impl SharedKeys for KeeperFlags {
+    const KEYS: &'static [&'static str] = &[
+        "config",
+        "etcd_endpoints",
+        "etcd_prefix",
+        "etcd_ca",
+        "etcd_cert",
+        "etcd_key",
+        "etcd_user",
+        "etcd_password_file",
+        "lease_ttl_secs",
+        "claim_timeout_secs",
+        "reserve_ms",
+        "max_clock_step_ms",
+        "clock_step_trust_secs",
+        "hostname",
+        "advertise_addr",
+        "log_format",
+        "log",
+        "allow_cleartext_credentials",
+    ];
+}
 
 /// The shared flags that take no value.
 #[cfg(test)]
 const SWITCHES: &[&str] = &["allow_cleartext_credentials"];
 
-impl FromArgMatches for ServeFlags {
-    fn from_arg_matches(matches: &ArgMatches) -> Result<Self, clap::Error> {
-        let mut flags = ServeFlags::default();
-        flags.update_from_arg_matches(matches)?;
-        Ok(flags)
-    }
-
-    fn update_from_arg_matches(&mut self, matches: &ArgMatches) -> Result<(), clap::Error> {
-        crate::settings_args::update_shared(&mut self.0, matches, SHARED);
-        Ok(())
-    }
-}
-
-impl Args for ServeFlags {
-    fn augment_args(cmd: Command) -> Command {
-        crate::settings_args::augment_shared(cmd, SHARED)
-    }
-
-    fn augment_args_for_update(cmd: Command) -> Command {
-        ServeFlags::augment_args(cmd)
-    }
-}
+#[cfg(test)]
+const SHARED: &[&str] = KeeperFlags::KEYS;
 
 /// The keeper's settings and `serve`'s resolved configuration (for the logs), checked.
 fn resolve(args: &PgKeeperArgs, layout: Option<Layout>) -> anyhow::Result<(Settings, Config)> {

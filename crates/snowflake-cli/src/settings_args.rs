@@ -92,22 +92,51 @@ impl Args for ServeCli {
     }
 }
 
-/// The settings `keys` names, in its order: some of `serve`'s flags, with `serve`'s
-/// definitions (`pg-keeper`'s fleet flags).
-pub fn shared(keys: &'static [&'static str]) -> impl Iterator<Item = &'static Setting> {
+/// A list of `serve`'s settings another subcommand takes too, by key.
+pub trait SharedKeys {
+    /// The settings' keys, in the order of `--help`.
+    const KEYS: &'static [&'static str];
+}
+
+/// Some of `serve`'s flags (`pg-keeper`'s fleet flags, `state`'s target): `serve`'s
+/// definitions, parsed into a [`ServeArgs`] whose other settings are unset.
+#[derive(Debug, Clone)]
+pub struct Shared<K>(pub ServeArgs, std::marker::PhantomData<K>);
+
+impl<K> Default for Shared<K> {
+    fn default() -> Self {
+        Shared(ServeArgs::new(), std::marker::PhantomData)
+    }
+}
+
+/// The settings `keys` names, in its order.
+fn shared(keys: &'static [&'static str]) -> impl Iterator<Item = &'static Setting> {
     keys.iter().map(|key| {
         settings::find(key).unwrap_or_else(|| panic!("{key} is not in the settings table"))
     })
 }
 
-/// Adds the flags of the settings `keys` names to `cmd`.
-pub fn augment_shared(cmd: Command, keys: &'static [&'static str]) -> Command {
-    augment(cmd, shared(keys))
+impl<K: SharedKeys> FromArgMatches for Shared<K> {
+    fn from_arg_matches(matches: &ArgMatches) -> Result<Self, clap::Error> {
+        let mut flags = Shared::default();
+        flags.update_from_arg_matches(matches)?;
+        Ok(flags)
+    }
+
+    fn update_from_arg_matches(&mut self, matches: &ArgMatches) -> Result<(), clap::Error> {
+        update(&mut self.0, matches, shared(K::KEYS));
+        Ok(())
+    }
 }
 
-/// The values of the settings `keys` names, from `matches`.
-pub fn update_shared(args: &mut ServeArgs, matches: &ArgMatches, keys: &'static [&'static str]) {
-    update(args, matches, shared(keys));
+impl<K: SharedKeys> Args for Shared<K> {
+    fn augment_args(cmd: Command) -> Command {
+        augment(cmd, shared(K::KEYS))
+    }
+
+    fn augment_args_for_update(cmd: Command) -> Command {
+        Self::augment_args(cmd)
+    }
 }
 
 /// The global `--layout` and `--epoch-ms`, from the table.

@@ -9,13 +9,14 @@
 //! conditional write, and each is logged with who and when (in the fleet's record, and in
 //! `lower-mark.log` in the state directory).
 
+use crate::settings_args::{Shared, SharedKeys};
 use anyhow::{Context, anyhow, bail};
 use clap::{Args, Subcommand};
 use serde_json::json;
 use snowflake_core::{Field, Layout, LayoutRecord, SystemClock, format_unix_ms};
+use snowflake_server::Config;
 use snowflake_server::clock_trust::{Checked, ClockAnchor, MAX_AUTO_TRUSTED_STEP_MS};
 use snowflake_server::state::{Mark, MarkKind, StateDir, StoredClock};
-use snowflake_server::{Config, ServeArgs};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
@@ -64,58 +65,39 @@ pub struct LowerArgs {
 /// Which marks: the state directory, the coordination service, the pair.
 #[derive(Debug, Args)]
 struct Target {
-    /// The node's state directory [default: as for `serve`].
-    #[arg(long, env = "SNOWFLAKE_STATE_DIR", value_name = "DIR")]
-    state_dir: Option<PathBuf>,
-    /// The fleet's etcd members, `http://HOST:PORT[,…]`.
-    #[arg(long, env = "SNOWFLAKE_ETCD_ENDPOINTS", value_name = "URLS")]
-    etcd_endpoints: Option<String>,
-    /// The fleet's etcd key prefix [default: /snowflake].
-    #[arg(long, env = "SNOWFLAKE_ETCD_PREFIX", value_name = "PREFIX")]
-    etcd_prefix: Option<String>,
-    /// CA certificates (PEM) for `https://` etcd endpoints.
-    #[arg(long, env = "SNOWFLAKE_ETCD_CA", value_name = "FILE")]
-    etcd_ca: Option<PathBuf>,
-    /// Client certificate (PEM) for etcd; needs --etcd-key.
-    #[arg(long, env = "SNOWFLAKE_ETCD_CERT", value_name = "FILE")]
-    etcd_cert: Option<PathBuf>,
-    /// Private key (PEM) of --etcd-cert.
-    #[arg(long, env = "SNOWFLAKE_ETCD_KEY", value_name = "FILE")]
-    etcd_key: Option<PathBuf>,
-    /// etcd user; the password comes from --etcd-password-file or SNOWFLAKE_ETCD_PASSWORD.
-    #[arg(long, env = "SNOWFLAKE_ETCD_USER", value_name = "NAME")]
-    etcd_user: Option<String>,
-    /// File holding the password of --etcd-user.
-    #[arg(long, env = "SNOWFLAKE_ETCD_PASSWORD_FILE", value_name = "FILE")]
-    etcd_password_file: Option<PathBuf>,
-    /// The fleet's ZooKeeper ensemble, `HOST:PORT[,…]`.
-    #[arg(long, env = "SNOWFLAKE_ZOOKEEPER", value_name = "SERVERS")]
-    zookeeper: Option<String>,
-    /// The ZooKeeper path of the datacenter's workers [default: /snowflake-servers].
-    #[arg(long, env = "SNOWFLAKE_ZOOKEEPER_PATH", value_name = "PATH")]
-    zookeeper_path: Option<String>,
-    /// File holding `user:password` for ZooKeeper's digest scheme (the fleet's identity).
-    #[arg(long, env = "SNOWFLAKE_ZOOKEEPER_AUTH_FILE", value_name = "FILE")]
-    zookeeper_auth_file: Option<PathBuf>,
-    /// CA certificates (PEM) for TLS to ZooKeeper.
-    #[arg(long, env = "SNOWFLAKE_ZOOKEEPER_CA", value_name = "FILE")]
-    zookeeper_ca: Option<PathBuf>,
-    /// Client certificate (PEM) for ZooKeeper; needs --zookeeper-key.
-    #[arg(long, env = "SNOWFLAKE_ZOOKEEPER_CERT", value_name = "FILE")]
-    zookeeper_cert: Option<PathBuf>,
-    /// Private key (PEM) of --zookeeper-cert.
-    #[arg(long, env = "SNOWFLAKE_ZOOKEEPER_KEY", value_name = "FILE")]
-    zookeeper_key: Option<PathBuf>,
-    /// Send the etcd password over `http://`, or the ZooKeeper digest identity without TLS
-    /// (refused by default: only on a network you trust).
-    #[arg(long, env = "SNOWFLAKE_ALLOW_CLEARTEXT_CREDENTIALS")]
-    allow_cleartext_credentials: bool,
+    /// `serve`'s state directory and fleet settings, with `serve`'s definitions.
+    #[command(flatten)]
+    serve: Shared<TargetFlags>,
     /// The pair's datacenter id, 0..=31 (under --layout: 0..=2^D - 1).
     #[arg(long, value_name = "D", allow_negative_numbers = true)]
     datacenter_id: Option<String>,
     /// The pair's worker id, 0..=31 (under --layout: 0..=2^W - 1).
     #[arg(long, value_name = "W", allow_negative_numbers = true)]
     worker_id: Option<String>,
+}
+
+/// The settings of `serve` that say where the marks are.
+#[derive(Debug, Clone)]
+struct TargetFlags;
+
+impl SharedKeys for TargetFlags {
+    const KEYS: &'static [&'static str] = &[
+        "state_dir",
+        "etcd_endpoints",
+        "etcd_prefix",
+        "etcd_ca",
+        "etcd_cert",
+        "etcd_key",
+        "etcd_user",
+        "etcd_password_file",
+        "zookeeper",
+        "zookeeper_path",
+        "zookeeper_auth_file",
+        "zookeeper_ca",
+        "zookeeper_cert",
+        "zookeeper_key",
+        "allow_cleartext_credentials",
+    ];
 }
 
 /// The target, validated as `serve` validates the same settings.
@@ -146,42 +128,18 @@ impl Target {
                     .map_err(|e| anyhow!("invalid {flag}: {e}"))?;
             }
         }
-        let mut args = ServeArgs::new();
-        let texts = [
-            ("etcd_endpoints", &self.etcd_endpoints),
-            ("etcd_prefix", &self.etcd_prefix),
-            ("etcd_user", &self.etcd_user),
-            ("zookeeper", &self.zookeeper),
-            ("zookeeper_path", &self.zookeeper_path),
+        let mut args = self.serve.0.clone();
+        let pair = [
             ("datacenter_id", &self.datacenter_id),
             ("worker_id", &self.worker_id),
         ];
-        for (key, value) in texts {
-            if let Some(value) = value {
-                args.set(key, value);
-            }
-        }
-        let paths = [
-            ("state_dir", &self.state_dir),
-            ("etcd_ca", &self.etcd_ca),
-            ("etcd_cert", &self.etcd_cert),
-            ("etcd_key", &self.etcd_key),
-            ("etcd_password_file", &self.etcd_password_file),
-            ("zookeeper_auth_file", &self.zookeeper_auth_file),
-            ("zookeeper_ca", &self.zookeeper_ca),
-            ("zookeeper_cert", &self.zookeeper_cert),
-            ("zookeeper_key", &self.zookeeper_key),
-        ];
-        for (key, value) in paths {
+        for (key, value) in pair {
             if let Some(value) = value {
                 args.set(key, value);
             }
         }
         if let Some(value) = max_clock_step_ms {
             args.set("max_clock_step_ms", value);
-        }
-        if self.allow_cleartext_credentials {
-            args.set("allow_cleartext_credentials", "true");
         }
         let mut config = Config::resolve(&args, epoch_ms)?;
         config.layout = layout;
