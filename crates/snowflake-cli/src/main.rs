@@ -454,15 +454,14 @@ fn serve(args: &ServeArgs, layout: &LayoutArgs) -> ExitCode {
                  can issue duplicate IDs; never run it for real"
             );
         }
-        let coordination =
-            snowflake_fleet::Coordination::chosen(config.etcd.as_ref(), config.zookeeper.as_ref());
+        let coordination = config.coordination();
         log_start(&config, coordination.as_ref());
         let listeners = Listeners::bind(&config).await?;
         let mut config = config;
         let request = snowflake_fleet::PairRequest {
             datacenter_id: config.datacenter_id,
             worker_id: config.worker_id,
-            pinned: config.worker_id_given,
+            pinned: config.worker_id_given(),
         };
         let applicant = snowflake_fleet::Applicant {
             host: config.hostname.clone(),
@@ -554,9 +553,11 @@ fn log_start(config: &Config, coordination: Option<&snowflake_fleet::Coordinatio
     let pair = match coordination {
         None => format!(
             "datacenter {}, worker {} ({})",
-            config.datacenter_id, config.worker_id, config.identity_source
+            config.datacenter_id,
+            config.worker_id,
+            config.identity_source()
         ),
-        Some(fleet) if config.worker_id_given => format!(
+        Some(fleet) if config.worker_id_given() => format!(
             "datacenter {}, worker {} from {}",
             config.datacenter_id,
             config.worker_id,

@@ -234,7 +234,7 @@ mod tests {
         }
         let cli = parse(&[]);
         let config = Config::resolve(&cli.0, None).unwrap();
-        assert!(config.worker_id_given);
+        assert!(config.worker_id_given());
         assert_eq!(config.worker_id, 4);
         let etcd = config.etcd.unwrap();
         assert_eq!(

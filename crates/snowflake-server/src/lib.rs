@@ -30,7 +30,9 @@ pub mod thrift;
 pub mod tls;
 pub mod window;
 
-pub use config::{Config, ConfigError, EtcdConfig, LogFormat, ServeArgs, ZooKeeperConfig};
+pub use config::{
+    Config, ConfigError, EtcdConfig, LogFormat, ServeArgs, WorkerSource, ZooKeeperConfig,
+};
 pub use node::{IssueError, Node, NotNow, Protocol};
 pub use state::StateError;
 

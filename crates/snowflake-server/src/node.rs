@@ -198,7 +198,7 @@ impl Node {
             generator,
             identity_source: coordinator
                 .as_ref()
-                .map_or(config.identity_source, |c| c.source()),
+                .map_or(config.identity_source(), |c| c.source()),
             coordinator,
             fleet: Arc::default(),
             status: Mutex::new(Status {

@@ -234,15 +234,15 @@ fn etcd_is_off_by_default_and_has_defaults_once_on() {
     let config = Config::resolve(&ServeArgs::new(), None).unwrap();
     assert_eq!(config.etcd, None);
     assert_eq!(config.advertise_addr, None);
-    assert!(!config.worker_id_given);
+    assert!(!config.worker_id_given());
 
     let config = Config::resolve(&etcd_args("127.0.0.1:2379"), None).unwrap();
-    let etcd = config.etcd.expect("etcd on");
+    let etcd = config.etcd.clone().expect("etcd on");
     assert_eq!(etcd.endpoints, ["http://127.0.0.1:2379"]);
     assert_eq!(etcd.prefix, "/snowflake");
     assert_eq!(etcd.lease_ttl_secs, 10);
     assert_eq!(etcd.claim_timeout, Duration::from_secs(12));
-    assert!(!config.worker_id_given);
+    assert!(!config.worker_id_given());
     assert_eq!(config.advertise_addr, None);
 
     // The claim timeout follows the TTL unless given.
@@ -469,21 +469,24 @@ fn etcd_prefixes_are_checked_and_lose_a_trailing_slash() {
 #[test]
 fn worker_id_given_only_when_the_worker_id_is_given() {
     let mut args = etcd_args("127.0.0.1:2379");
-    assert!(!Config::resolve(&args, None).unwrap().worker_id_given);
+    assert!(!Config::resolve(&args, None).unwrap().worker_id_given());
     args.set("datacenter_id", "3");
-    assert!(!Config::resolve(&args, None).unwrap().worker_id_given);
+    assert!(!Config::resolve(&args, None).unwrap().worker_id_given());
     args.set("worker_id", "0");
     let config = Config::resolve(&args, None).unwrap();
-    assert!(config.worker_id_given, "even the default value, when given");
+    assert!(
+        config.worker_id_given(),
+        "even the default value, when given"
+    );
     assert_eq!((config.datacenter_id, config.worker_id), (3, 0));
 
     let toml = file("worker_id = 5\n");
     let from_file = Config::resolve(&ServeArgs::new().with("config", toml.path()), None).unwrap();
-    assert!(from_file.worker_id_given);
+    assert!(from_file.worker_id_given());
     assert_eq!(from_file.worker_id, 5);
     let toml = file("datacenter_id = 5\n");
     let without = Config::resolve(&ServeArgs::new().with("config", toml.path()), None).unwrap();
-    assert!(!without.worker_id_given);
+    assert!(!without.worker_id_given());
 }
 
 #[test]
@@ -507,7 +510,7 @@ fn etcd_settings_from_the_config_file() {
         config.advertise_addr.as_deref(),
         Some("ids-3.internal:7609")
     );
-    assert!(config.worker_id_given);
+    assert!(config.worker_id_given());
     assert_eq!(config.worker_id, 3);
 
     // Flags override the file.
@@ -602,7 +605,7 @@ fn zk_args(servers: &str) -> ServeArgs {
 fn zookeeper_is_off_by_default_and_has_the_2010_defaults_once_on() {
     let config = Config::resolve(&ServeArgs::new(), None).unwrap();
     assert!(config.zookeeper.is_none());
-    assert_eq!(config.identity_source, "static");
+    assert_eq!(config.identity_source(), "static");
     let config =
         Config::resolve(&zk_args("127.0.0.1:2181, zk2:2181,127.0.0.1:2181"), None).unwrap();
     let zk = config.zookeeper.unwrap();
@@ -679,10 +682,10 @@ fn worker_ids_from_the_host_name() {
     };
     let config = ordinal("snowflake-7").unwrap();
     assert_eq!(
-        (config.worker_id, config.identity_source),
+        (config.worker_id, config.identity_source()),
         (7, "hostname-ordinal")
     );
-    assert!(config.worker_id_given);
+    assert!(config.worker_id_given());
     assert_eq!(config.hostname, "snowflake-7");
     assert_eq!(ordinal("ids-b-31").unwrap().worker_id, 31);
     assert_eq!(ordinal("snowflake-0").unwrap().worker_id, 0);
@@ -730,7 +733,7 @@ fn worker_ids_from_the_config_files_host_map() {
     };
     let config = Config::resolve(&with_host("host-b"), None).unwrap();
     assert_eq!(
-        (config.worker_id, config.identity_source),
+        (config.worker_id, config.identity_source()),
         (4, "hostname-map")
     );
     let message = err(&with_host("host-c"));

@@ -93,9 +93,9 @@ pub struct Config {
     pub log_format: LogFormat,
     /// Log filter.
     pub log: String,
-    /// Whether the worker id was given (flag, environment or file) rather than defaulted: with
-    /// etcd, a given worker id is claimed exactly, a defaulted one means "the lowest free".
-    pub worker_id_given: bool,
+    /// Where the worker id came from: with a coordination service, a given one is claimed
+    /// exactly, an unset one means "the lowest free".
+    pub worker_source: WorkerSource,
     /// Where the pair is leased from, when a fleet shares a coordination service.
     pub etcd: Option<EtcdConfig>,
     /// The address recorded with the node's claim.
@@ -104,12 +104,58 @@ pub struct Config {
     pub zookeeper: Option<ZooKeeperConfig>,
     /// The host name (for the worker id map, the ordinal, and registrations).
     pub hostname: String,
-    /// Where the worker id came from when the configuration gave it: `static` (a number),
-    /// `hostname-map` (the file's `[worker_id_map]`) or `hostname-ordinal`.
-    pub identity_source: &'static str,
+}
+
+/// Where the configuration's worker id came from (the coordination service, when there is
+/// one, is [`Config::coordination`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WorkerSource {
+    /// Not given: 0, or with a coordination service the lowest free worker.
+    Unset,
+    /// A number: `--worker-id`, `SNOWFLAKE_WORKER_ID` or the file's `worker_id`.
+    Static,
+    /// The ordinal at the end of the host name (`--worker-id-from-hostname`).
+    HostnameOrdinal,
+    /// The host name's entry in the file's `[worker_id_map]`.
+    HostnameMap,
+}
+
+impl WorkerSource {
+    /// Whether the configuration gave the worker id (rather than leaving it to the default).
+    pub fn given(self) -> bool {
+        self != WorkerSource::Unset
+    }
+
+    /// The `identity_source` of `/v1/info` and the metrics without a coordination service:
+    /// `static`, `hostname-ordinal` or `hostname-map`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WorkerSource::Unset | WorkerSource::Static => "static",
+            WorkerSource::HostnameOrdinal => "hostname-ordinal",
+            WorkerSource::HostnameMap => "hostname-map",
+        }
+    }
 }
 
 impl Config {
+    /// Whether the worker id was given (flag, environment, file, host name) rather than
+    /// defaulted.
+    pub fn worker_id_given(&self) -> bool {
+        self.worker_source.given()
+    }
+
+    /// Where the worker id came from when the configuration gave it: `static` (a number),
+    /// `hostname-map` (the file's `[worker_id_map]`) or `hostname-ordinal`.
+    pub fn identity_source(&self) -> &'static str {
+        self.worker_source.as_str()
+    }
+
+    /// The coordination service the pair is leased from, if any (the settings never give
+    /// both).
+    pub fn coordination(&self) -> Option<snowflake_fleet::Coordination> {
+        snowflake_fleet::Coordination::chosen(self.etcd.as_ref(), self.zookeeper.as_ref())
+    }
+
     /// Defaults for everything (the settings table's), with a state directory: what tests
     /// start from.
     pub fn with_state_dir(state_dir: impl Into<PathBuf>) -> Config {

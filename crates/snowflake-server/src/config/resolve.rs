@@ -9,7 +9,8 @@ use super::parse::{
 };
 use super::source::{ConfigFile, Sources};
 use super::{
-    Config, ConfigError, EtcdConfig, LogFormat, ServeArgs, ZooKeeperConfig, default_max_batch,
+    Config, ConfigError, EtcdConfig, LogFormat, ServeArgs, WorkerSource, ZooKeeperConfig,
+    default_max_batch,
 };
 use crate::settings::{self as s, Setting};
 use snowflake_core::{Field, Layout, TWITTER_EPOCH_MS};
@@ -93,7 +94,7 @@ impl Config {
             }
             None => machine_hostname(),
         };
-        let (worker_id, worker_id_given, identity_source) =
+        let (worker_id, worker_source) =
             resolve_worker(&src, file.as_ref(), &layout, given_worker, &hostname)?;
         let state_dir = match src.pick(&s::STATE_DIR) {
             Some((text, name)) if text.is_empty() => {
@@ -197,12 +198,11 @@ impl Config {
             worker_threads,
             log_format,
             log,
-            worker_id_given,
+            worker_source,
             etcd,
             advertise_addr,
             zookeeper,
             hostname,
-            identity_source,
         };
         refuse_cleartext_credentials(&src, &config)?;
         Ok(config)
@@ -244,7 +244,7 @@ fn resolve_worker(
     layout: &Layout,
     given: Option<u64>,
     hostname: &str,
-) -> Result<(u64, bool, &'static str), ConfigError> {
+) -> Result<(u64, WorkerSource), ConfigError> {
     let from_hostname = match src.pick(&s::WORKER_ID_FROM_HOSTNAME) {
         Some((text, name)) => match text.as_str() {
             "true" => Some(name),
@@ -277,7 +277,7 @@ fn resolve_worker(
         (None, Some(name), None) => {
             let worker = worker_from_ordinal(hostname, layout)
                 .map_err(|e| ConfigError::invalid(&name, e))?;
-            Ok((worker, true, "hostname-ordinal"))
+            Ok((worker, WorkerSource::HostnameOrdinal))
         }
         (None, None, Some(map)) => {
             let worker = *map.get(hostname).ok_or_else(|| {
@@ -290,10 +290,10 @@ fn resolve_worker(
                         .join(", ")
                 ))
             })?;
-            Ok((worker, true, "hostname-map"))
+            Ok((worker, WorkerSource::HostnameMap))
         }
-        (Some(worker), None, None) => Ok((worker, true, "static")),
-        (None, None, None) => Ok((0, false, "static")),
+        (Some(worker), None, None) => Ok((worker, WorkerSource::Static)),
+        (None, None, None) => Ok((0, WorkerSource::Unset)),
     }
 }
 
