@@ -10,9 +10,11 @@
 //! defaults, through the same [`Setting`]s.
 
 mod doc;
+mod fleet;
 mod table;
 
 pub use doc::markdown;
+pub use fleet::*;
 pub use table::*;
 
 use std::collections::BTreeMap;
@@ -128,7 +130,7 @@ impl Setting {
     /// The range, when the setting has one of its own: `64..=16384000 bytes`.
     pub fn range(&self) -> Option<String> {
         match self.kind {
-            Kind::Number { min, max, unit } if unit.is_empty() => Some(format!("{min}..={max}")),
+            Kind::Number { min, max, unit: "" } => Some(format!("{min}..={max}")),
             Kind::Number { min, max, unit } => Some(format!("{min}..={max} {unit}")),
             _ => None,
         }
