@@ -100,10 +100,14 @@ fn row(setting: &Setting) -> String {
         Kind::Switch => "`true`, `false`".to_owned(),
         _ => setting.range().unwrap_or_else(|| "—".to_owned()),
     };
-    format!(
-        "| {} | {} | {} | {default} | {range} |\n",
+    // A `|` in a cell (`on|off`) would end it, even inside code.
+    let cells = [
         code(flag),
         code(setting.env.map(str::to_owned)),
-        code(key)
-    )
+        code(key),
+        default,
+        range,
+    ]
+    .map(|cell| cell.replace('|', "\\|"));
+    format!("| {} |\n", cells.join(" | "))
 }
