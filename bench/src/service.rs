@@ -11,7 +11,7 @@ use crate::tools::{
 };
 use anyhow::{Context, Result, bail};
 use std::collections::HashMap;
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -27,18 +27,11 @@ pub const LATENCY_CLOSED: &str = "snowflake HTTP /v1/id at half of peak, closed 
 pub const LATENCY_RATE: &str = "snowflake HTTP /v1/id at half of peak";
 pub const CONNECTIONS: [u32; 3] = [1, 10, 50];
 
-/// `N` distinct free ports: each is held until all are picked, so no two are the same. For
-/// servers that cannot bind port 0 and say which port they got (ours does, see
-/// [`SfServer::start_with`]).
+/// `N` distinct free ports (the test kit's), for servers that cannot bind port 0 and say which
+/// port they got (ours does, see [`SfServer::start_with`]).
 fn free_ports<const N: usize>() -> Result<[u16; N]> {
-    let held = (0..N)
-        .map(|_| TcpListener::bind("127.0.0.1:0"))
-        .collect::<std::io::Result<Vec<_>>>()?;
-    let mut ports = [0; N];
-    for (port, listener) in ports.iter_mut().zip(&held) {
-        *port = listener.local_addr()?.port();
-    }
-    Ok(ports)
+    let ports = snowflake_testkit::ports::try_free_ports(N)?;
+    Ok(ports.try_into().expect("N ports"))
 }
 
 fn wait_until(what: &str, timeout: Duration, mut ready: impl FnMut() -> bool) -> Result<()> {
@@ -69,18 +62,19 @@ struct Services {
     sf_tls: Option<SfServer>,
 }
 
-/// A CA and a server certificate for 127.0.0.1 (RSA 2048, as most deployments have), made with
-/// openssl in `dir`: `ca.crt`, `server.crt`, `server.key`.
+/// A CA and a server certificate for 127.0.0.1 (RSA 2048, as most deployments have: the keys
+/// from openssl, the certificates from the test kit) in `dir`: `ca.crt`, `server.crt`, `server.key`.
 fn make_certs(dir: &Path) -> Result<()> {
-    use snowflake_testcerts::Usage;
-    snowflake_testcerts::ca(dir, "ca", "compare-ca", 2)?;
-    snowflake_testcerts::issue(
+    use snowflake_testkit::certs::{self, Key, Usage};
+    certs::ca_with_key(dir, "ca", "compare-ca", 2, Key::Rsa2048)?;
+    certs::issue_with_key(
         dir,
         "server",
         "compare",
         "ca",
         Usage::Server(&["IP:127.0.0.1"]),
         2,
+        Key::Rsa2048,
     )?;
     Ok(())
 }

@@ -177,7 +177,7 @@ def openssl(cwd: pathlib.Path, *args: str) -> None:
 
 class Certs:
     """A CA, a server certificate for 127.0.0.1 and a client certificate, made with openssl in
-    a directory (as crates/snowflake-testcerts does), and a second CA that signed nothing."""
+    a directory (the files crates/snowflake-testkit makes), and a second CA that signed nothing."""
 
     def __init__(self, directory: pathlib.Path):
         self.dir = directory

@@ -248,7 +248,7 @@ function openssl(dir: string, ...args: string[]): void {
 }
 
 /**
- * A CA and the certificates it signs, in a temp dir (as `crates/snowflake-testcerts` makes them:
+ * A CA and the certificates it signs, in a temp dir (the files `crates/snowflake-testkit` makes, here with openssl:
  * RSA 2048, the server's for 127.0.0.1 and localhost): `ca`, `server`, `client` (`.crt`, `.key`),
  * and a second CA's client certificate, `stranger`, that the server must refuse.
  */

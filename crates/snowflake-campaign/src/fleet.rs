@@ -55,19 +55,7 @@ impl Tools {
     /// Finds the tools: `snowflake` beside this binary (or `$SNOWFLAKE_BIN`), etcd and etcdctl
     /// on the PATH, libfaketime at `$SNOWFLAKE_TEST_LIBFAKETIME` or Debian's place.
     pub fn find() -> anyhow::Result<Tools> {
-        let snowflake = match std::env::var_os("SNOWFLAKE_BIN") {
-            Some(path) => PathBuf::from(path),
-            None => std::env::current_exe()?
-                .parent()
-                .context("no directory")?
-                .join("snowflake"),
-        };
-        if !snowflake.exists() {
-            bail!(
-                "{} is missing: build it first (cargo build --release -p snowflake-cli), or set SNOWFLAKE_BIN",
-                snowflake.display()
-            );
-        }
+        let snowflake = snowflake_testkit::binary::try_snowflake().map_err(anyhow::Error::msg)?;
         let which = |name: &str| -> anyhow::Result<PathBuf> {
             let out = Command::new("sh")
                 .args(["-c", &format!("command -v {name}")])

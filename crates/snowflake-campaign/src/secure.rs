@@ -1,7 +1,7 @@
 //! The secure mode (`--secure`): the fleet as production runs it (SPEC §8 "Security",
 //! docs/security.md). This module owns what that adds, and nothing else of the campaign changes:
 //!
-//! - **Its own CA and certificates**, made with openssl at start in `OUT/secure/` (keys and
+//! - **Its own CA and certificates**, made by the test kit at start in `OUT/secure/` (keys and
 //!   passwords mode 0600): the coordination service's server certificate (IP SANs of the three
 //!   members), the nodes' serving certificate (IP SANs of every node), the nodes' client
 //!   certificate for the coordination service (CN `snowflake-node`), and the campaign's own
@@ -21,7 +21,7 @@ use crate::mode::Mode;
 use anyhow::Context;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
-use snowflake_testcerts::Usage;
+use snowflake_testkit::certs::Usage;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -119,7 +119,7 @@ impl Secure {
             dir.to_path_buf(),
             [random_password()?, random_password()?, random_password()?],
         );
-        snowflake_testcerts::ca(dir, "ca", "campaign-ca", 30)?;
+        snowflake_testkit::certs::ca(dir, "ca", "campaign-ca", 30)?;
         let member_sans = server_sans(member_ips);
         let node_sans = server_sans(node_ips);
         let member_sans: Vec<&str> = member_sans.iter().map(String::as_str).collect();
@@ -134,7 +134,7 @@ impl Secure {
             ("fleet", NODE_CLIENT_CN, Usage::Client),
             ("client", CAMPAIGN_CN, Usage::Client),
         ] {
-            snowflake_testcerts::issue(dir, name, cn, "ca", usage, 30)?;
+            snowflake_testkit::certs::issue(dir, name, cn, "ca", usage, 30)?;
         }
         for entry in std::fs::read_dir(dir)? {
             let path = entry?.path();

@@ -1,7 +1,7 @@
-//! Test certificates (snowflake-testcerts, the openssl command line): a CA, server certificates
-//! for 127.0.0.1/localhost, and client certificates, in a directory removed when dropped.
+//! Test certificates (the test kit's, made in-process): a CA, server certificates for
+//! 127.0.0.1/localhost, and client certificates, in a directory removed when dropped.
 
-use snowflake_testcerts::{LOOPBACK, Usage};
+use snowflake_testkit::certs::{self, LOOPBACK, Usage};
 use std::path::PathBuf;
 
 /// A directory of certificates; removed when dropped.
@@ -27,7 +27,7 @@ impl Certs {
 
     /// Another CA, `NAME.crt`/`NAME.key`.
     pub fn ca(&self, name: &str) {
-        snowflake_testcerts::ca(self.dir.path(), name, name, 3650).unwrap();
+        certs::ca(self.dir.path(), name, name, 3650).unwrap();
     }
 
     /// A certificate `NAME.crt`/`NAME.key` with common name `cn`, signed by the CA `ca`, valid
@@ -38,23 +38,20 @@ impl Certs {
         } else {
             Usage::Client
         };
-        snowflake_testcerts::issue(self.dir.path(), name, cn, ca, usage, days).unwrap();
+        certs::issue(self.dir.path(), name, cn, ca, usage, days).unwrap();
     }
 
-    /// [`Certs::issue`] for a server certificate that expired yesterday: signed with openssl's
-    /// clock three days back (libfaketime), valid for two days.
+    /// [`Certs::issue`] for a server certificate that expired yesterday: signed three days
+    /// back, valid for two days.
     pub fn issue_expired(&self, name: &str, ca: &str) {
-        let library = crate::support::libfaketime();
-        snowflake_testcerts::issue_with(
+        certs::issue_backdated(
             self.dir.path(),
             name,
             "expired",
             ca,
             Usage::Server(LOOPBACK),
+            3,
             2,
-            &|openssl| {
-                openssl.env("LD_PRELOAD", &library).env("FAKETIME", "-3d");
-            },
         )
         .unwrap();
     }

@@ -7,6 +7,7 @@ use crate::certs::Certs;
 use crate::etcd_cluster::EtcdCluster;
 use crate::support::{Serve, ServeProcess, now_ms, temp_dir, timestamp_ms};
 use snowflake_client::{ClientBuilder, Prefetch, Tls};
+use snowflake_testkit::ports::free_port;
 use std::collections::HashSet;
 use std::net::{SocketAddr, TcpListener};
 use std::path::Path;
@@ -14,14 +15,6 @@ use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 /// A standalone node with its gRPC listener on `grpc_port`: fixed where a restart must come back
 /// on the same address, else 0 (the kernel's pick, read back with [`grpc`]; a port picked

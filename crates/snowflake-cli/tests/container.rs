@@ -4,9 +4,10 @@
 //! it with `deploy/container/build` and passes its reference in `SNOWFLAKE_TEST_IMAGE` (this
 //! test target is not part of a plain `cargo test`).
 
-#[allow(dead_code)]
+#[allow(dead_code, unused_imports)]
 mod support;
 
+use snowflake_testkit::ports::free_port;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -68,14 +69,6 @@ impl Drop for Podman {
             let _ = self.run(&["volume", "rm", "--force", v]);
         }
     }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 fn wait_ready(addr: SocketAddr, podman: &Podman, name: &str) {

@@ -152,18 +152,19 @@ pub struct Certs {
 
 impl Certs {
     pub fn new() -> Certs {
-        use snowflake_testcerts::{LOOPBACK, Usage};
+        use snowflake_testkit::certs::{LOOPBACK, Usage};
         let dir = tempfile::tempdir().expect("temp dir");
         let path = dir.path();
-        snowflake_testcerts::ca(path, "ca", "ca", 30).expect("openssl: CA");
-        snowflake_testcerts::ca(path, "other-ca", "other-ca", 30).expect("openssl: CA");
+        snowflake_testkit::certs::ca(path, "ca", "ca", 30).expect("test certificates: CA");
+        snowflake_testkit::certs::ca(path, "other-ca", "other-ca", 30)
+            .expect("test certificates: CA");
         let server = Usage::Server(LOOPBACK);
-        snowflake_testcerts::issue(path, "server", "snowflake", "ca", server, 30)
-            .expect("openssl: server certificate");
-        snowflake_testcerts::issue(path, "client", "client", "ca", Usage::Client, 30)
-            .expect("openssl: client certificate");
-        snowflake_testcerts::issue(path, "foreign", "intruder", "other-ca", Usage::Client, 30)
-            .expect("openssl: client certificate");
+        snowflake_testkit::certs::issue(path, "server", "snowflake", "ca", server, 30)
+            .expect("test certificates: server certificate");
+        snowflake_testkit::certs::issue(path, "client", "client", "ca", Usage::Client, 30)
+            .expect("test certificates: client certificate");
+        snowflake_testkit::certs::issue(path, "foreign", "intruder", "other-ca", Usage::Client, 30)
+            .expect("test certificates: client certificate");
         Certs { dir }
     }
 
