@@ -12,7 +12,7 @@ use rcgen::{
 };
 use std::io;
 use std::net::IpAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use time::{Duration, OffsetDateTime};
 
 /// What a certificate is for.
@@ -222,6 +222,65 @@ fn subject_alt_name(san: &str) -> io::Result<SanType> {
         Ok(SanType::DnsName(dns.try_into().map_err(|e| invalid(&e))?))
     } else {
         Err(invalid(&"no IP: or DNS: prefix"))
+    }
+}
+
+/// A directory of certificates; removed when dropped.
+#[derive(Debug)]
+pub struct CertDir {
+    dir: tempfile::TempDir,
+}
+
+impl CertDir {
+    /// A CA named `ca` (files `ca.crt`, `ca.key`).
+    pub fn new() -> CertDir {
+        let certs = CertDir {
+            dir: tempfile::tempdir().expect("temp dir"),
+        };
+        certs.ca("ca");
+        certs
+    }
+
+    /// The path of a file in the directory.
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// Another CA, `NAME.crt`/`NAME.key`.
+    pub fn ca(&self, name: &str) {
+        ca(self.dir.path(), name, name, 3650).unwrap();
+    }
+
+    /// A certificate `NAME.crt`/`NAME.key` with common name `cn`, signed by the CA `ca`, valid
+    /// for `days`; `server`: for 127.0.0.1 and localhost, else a client certificate.
+    pub fn issue(&self, name: &str, cn: &str, ca: &str, server: bool, days: u32) {
+        let usage = if server {
+            Usage::Server(LOOPBACK)
+        } else {
+            Usage::Client
+        };
+        issue(self.dir.path(), name, cn, ca, usage, days).unwrap();
+    }
+
+    /// [`CertDir::issue`] for a server certificate that expired yesterday: signed three days
+    /// back, valid for two days.
+    pub fn issue_expired(&self, name: &str, ca: &str) {
+        issue_backdated(
+            self.dir.path(),
+            name,
+            "expired",
+            ca,
+            Usage::Server(LOOPBACK),
+            3,
+            2,
+        )
+        .unwrap();
+    }
+}
+
+impl Default for CertDir {
+    fn default() -> CertDir {
+        CertDir::new()
     }
 }
 

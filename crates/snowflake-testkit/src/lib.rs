@@ -7,6 +7,7 @@
 //! - [`serve`]: a `snowflake serve` process (spawn, wait until it listens, stop, logs, killed on
 //!   drop);
 //! - [`http`]: a tiny blocking HTTP/1.1 client;
+//! - [`node`]: a running node and its IDs (timestamps, workers, `/v1/info`, state files);
 //! - [`process`]: signals and pipes of child processes;
 //! - [`faketime`]: libfaketime clocks for child processes;
 //! - [`etcd`], [`zookeeper`]: real etcd clusters and ZooKeeper servers on loopback, in
@@ -21,6 +22,7 @@ pub mod certs;
 pub mod etcd;
 pub mod faketime;
 pub mod http;
+pub mod node;
 pub mod ports;
 pub mod process;
 pub mod serve;
