@@ -1,10 +1,11 @@
-//! One test binary for the `snowflake` command: the CLI subcommands, `snowflake serve` run as a
-//! real process, and fleets of them leasing worker ids from a real etcd or registering them in a
-//! real ZooKeeper.
+//! The system suite, one test binary: `snowflake serve` run as a real process (signals, clocks
+//! moved by libfaketime, TLS, listeners, a stalled disk, systemd, Prometheus, Kubernetes), and
+//! fleets of them leasing worker ids from a real etcd or registering them in a real ZooKeeper.
+//! Every component a test needs must be there (scripts/test installs them): a missing one fails
+//! the test, never skips it. The binary is the one cargo built in this target directory
+//! (`snowflake_testkit::binary`).
 
-mod audit;
 mod certs;
-mod cli;
 mod client;
 mod clock_steps;
 mod etcd_cluster;
