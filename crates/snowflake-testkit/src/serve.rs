@@ -318,7 +318,7 @@ impl ServeProcess {
         }
     }
 
-    /// Sends a signal by name (`TERM`, `INT`, `KILL`) with `kill(1)`.
+    /// Sends a signal by name (`TERM`, `INT`, `KILL`, ...; see [`crate::process::signal_named`]).
     pub fn signal(&self, name: &str) {
         send_signal(self.pid(), name);
     }
