@@ -14,6 +14,7 @@ mod etcd_secure;
 mod fleet;
 mod fleet_edges;
 mod kubernetes;
+mod kubernetes_render;
 mod layouts_fleet;
 mod listen;
 mod memory;
