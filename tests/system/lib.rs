@@ -23,6 +23,7 @@ mod prometheus;
 mod resp;
 mod secrets;
 mod serve;
+mod serve_clock;
 mod slow_clients;
 mod stalled_disk;
 mod start_line;
