@@ -4,6 +4,7 @@ mod client_layouts;
 mod config;
 mod doors;
 mod fleet;
+mod fleet_fake;
 mod grpc;
 mod grpc_frames;
 mod grpc_limits;
