@@ -7,7 +7,7 @@
 //! `StreamIds` call nobody reads stops generating; a window that stays shut for the idle timeout
 //! resets the stream, so a call nobody reads does not keep its connection busy for ever.
 
-use super::conn::{Shared, timed_out};
+use super::shared::{Shared, timed_out};
 use super::{Handled, METHODS, ReplyBudget};
 use crate::bulk::BulkPermit;
 use bytes::{Buf, Bytes};

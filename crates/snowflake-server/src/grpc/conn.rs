@@ -29,9 +29,9 @@
 //! - it opens more than `--grpc-max-concurrent-streams` calls at once: the ones over are
 //!   refused (`REFUSED_STREAM`).
 
-use super::SnowflakeService;
 use super::bridge::{H2Body, bridge};
 use super::next_id::{is_plain_next_id, next_id};
+use super::shared::Shared;
 use bytes::Bytes;
 use h2::server::SendResponse;
 use h2::{Ping, RecvStream};
@@ -42,8 +42,6 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::watch;
-use tonic::Status;
-use tonic::service::Routes;
 
 /// Headers (names and values together) one request may carry.
 const MAX_HEADER_LIST_BYTES: u32 = 16 * 1024;
@@ -51,28 +49,6 @@ const MAX_HEADER_LIST_BYTES: u32 = 16 * 1024;
 /// How many times per idle timeout a connection checks whether it is idle: it is closed after
 /// between 1 and 1 + 1/IDLE_CHECKS idle timeouts with no call open.
 const IDLE_CHECKS: u32 = 4;
-
-/// What every connection of one listener shares.
-#[derive(Debug)]
-pub(super) struct Shared {
-    /// Our service, health and reflection, for every call but the fast `NextId`.
-    pub(super) routes: Routes,
-    /// Our service, for the fast `NextId`.
-    pub(super) service: SnowflakeService,
-    /// How long a call may take until its response headers.
-    pub(super) request_timeout: Duration,
-    /// How long a new connection may take to send the HTTP/2 preface and settings.
-    pub(super) handshake_timeout: Duration,
-    /// Concurrent streams per connection.
-    pub(super) max_streams: u32,
-    /// How often an HTTP/2 PING checks that the client is still there.
-    pub(super) keepalive_interval: Duration,
-    /// How long its answer may take before the connection is dropped.
-    pub(super) keepalive_timeout: Duration,
-    /// How long a connection may have no call open before it is closed (GOAWAY), and how long
-    /// a response may wait for the client's flow-control window before its stream is reset.
-    pub(super) idle_timeout: Duration,
-}
 
 /// Whether a connection has had any call open lately; shared with the tasks of its calls.
 #[derive(Debug, Default)]
@@ -263,23 +239,6 @@ async fn handle(shared: Arc<Shared>, request: Request<RecvStream>, respond: Send
         // copy room for them, `NextId` included.
         Box::pin(bridge(&shared, started, timeout, request, respond)).await;
     }
-}
-
-/// The answer to a call the request timeout cut (`CANCELLED`, as tonic's), counted and observed
-/// as the method's, like every other answer: the handler that would have counted it was
-/// dropped with the call.
-pub(super) fn timed_out(
-    shared: &Shared,
-    method: Option<&'static str>,
-    started: tokio::time::Instant,
-) -> Status {
-    let status = Status::cancelled("Timeout expired");
-    if let Some(method) = method {
-        shared
-            .service
-            .count(method, started.into_std(), status.code());
-    }
-    status
 }
 
 /// The client's deadline from a `grpc-timeout` header (`1S`, `250m`, ...: at most 8 digits and

@@ -38,6 +38,7 @@ use tonic_health::server::HealthReporter;
 mod bridge;
 mod conn;
 mod next_id;
+mod shared;
 
 /// The code generated from `proto/snowflake/v1/snowflake.proto` (messages, the server trait
 /// and a client), from the `snowflake-proto` crate; re-exported under its old path.
@@ -436,7 +437,7 @@ impl Snowflake for SnowflakeService {
 
 /// The gRPC door: every connection of the listener shares its services and settings.
 #[derive(Debug)]
-struct Grpc(Arc<conn::Shared>);
+struct Grpc(Arc<shared::Shared>);
 
 impl listen::Door for Grpc {
     const ALPN: Alpn = Alpn::H2;
@@ -542,7 +543,7 @@ pub async fn serve(
     }
     .prepare();
     let limits = listen::Limits::of(config);
-    let shared = Arc::new(conn::Shared {
+    let shared = Arc::new(shared::Shared {
         routes,
         service,
         request_timeout: config.request_timeout,

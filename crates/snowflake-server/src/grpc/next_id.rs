@@ -6,8 +6,8 @@
 //! answers it exactly as it always did.
 
 use super::bridge::{H2Body, bridge};
-use super::conn::{Shared, timed_out};
 use super::pb::{NextIdRequest, NextIdResponse};
+use super::shared::{Shared, timed_out};
 use super::{MAX_REQUEST_BYTES, NEXT_ID};
 use bytes::{Bytes, BytesMut};
 use h2::RecvStream;
