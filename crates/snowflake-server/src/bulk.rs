@@ -21,7 +21,7 @@
 //! Single IDs and batches up to [`BULK_MIN_IDS`] never touch it: their replies fit a socket's
 //! send buffer, so an unread one is held by the kernel, not by the process.
 
-use crate::node::IssueError;
+use crate::node::refusal::IssueError;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
 use std::sync::Arc;
