@@ -1,7 +1,7 @@
 //! The settings of the fleet's coordination services: leasing the pair from etcd, registering
 //! the worker id in ZooKeeper (part of the settings table, [`super::SETTINGS`]).
 
-use super::table::{BASE, number};
+use super::base::{BASE, number};
 use super::{DefaultValue, Group, Kind, Setting};
 
 /// `--etcd-endpoints`.

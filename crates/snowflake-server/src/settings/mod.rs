@@ -9,6 +9,7 @@
 //! as [`ServeArgs`]. [`crate::config::Config::resolve`] then reads them, the config file and the
 //! defaults, through the same [`Setting`]s.
 
+mod base;
 mod doc;
 mod fleet;
 mod table;

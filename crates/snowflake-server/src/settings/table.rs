@@ -1,26 +1,9 @@
 //! The settings of `snowflake serve`, one constant each, and [`SETTINGS`], their order in
 //! `--help`, the config file's key list and docs/configuration.md.
 
+use super::base::{BASE, number};
 use super::fleet::*;
 use super::{DefaultValue, Group, Kind, Setting};
-
-/// What every setting starts from: a text value in the flag, the environment and the file.
-pub(super) const BASE: Setting = Setting {
-    key: "",
-    flag: None,
-    env: None,
-    in_file: true,
-    value_name: "",
-    kind: Kind::Text,
-    default: DefaultValue::None,
-    group: Group::Service,
-    help: "",
-    global: false,
-};
-
-pub(super) const fn number(min: u64, max: u64, unit: &'static str) -> Kind {
-    Kind::Number { min, max, unit }
-}
 
 /// `--config`.
 pub const CONFIG: Setting = Setting {
