@@ -9,6 +9,7 @@
 //! `protocol="resp"`.
 
 pub mod parse;
+mod reply;
 
 use crate::config::Config;
 use crate::latency::RouteLatencies;
@@ -17,6 +18,7 @@ use crate::node::{IssueError, Node, Protocol};
 use crate::tls::Alpn;
 use parse::Limits;
 use prometheus_client::metrics::counter::Counter;
+use reply::{array_header, bulk, error_reply, id_value, integer, map_header, null, simple};
 use std::io::Write as _;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -369,66 +371,6 @@ async fn write_ids<S: AsyncWrite + Unpin>(
 /// A command's arguments, borrowed from the input buffer; commands of up to 8 arguments (all
 /// the ones answered here) need no allocation.
 type Args<'a> = smallvec::SmallVec<[&'a [u8]; 8]>;
-
-fn simple(out: &mut Vec<u8>, text: &str) {
-    out.push(b'+');
-    out.extend_from_slice(text.as_bytes());
-    out.extend_from_slice(b"\r\n");
-}
-
-/// An error reply: `text` starts with its code (`ERR …`); line breaks are flattened.
-fn error_reply(out: &mut Vec<u8>, text: &str) {
-    out.push(b'-');
-    out.extend(
-        text.bytes()
-            .map(|b| if b == b'\r' || b == b'\n' { b' ' } else { b }),
-    );
-    out.extend_from_slice(b"\r\n");
-}
-
-fn integer(out: &mut Vec<u8>, n: i64) {
-    out.push(b':');
-    out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
-    out.extend_from_slice(b"\r\n");
-}
-
-fn bulk(out: &mut Vec<u8>, bytes: &[u8]) {
-    out.push(b'$');
-    out.extend_from_slice(itoa::Buffer::new().format(bytes.len()).as_bytes());
-    out.extend_from_slice(b"\r\n");
-    out.extend_from_slice(bytes);
-    out.extend_from_slice(b"\r\n");
-}
-
-fn null(out: &mut Vec<u8>, session: &Session) {
-    out.extend_from_slice(if session.protocol == 3 {
-        b"_\r\n"
-    } else {
-        b"$-1\r\n"
-    });
-}
-
-fn array_header(out: &mut Vec<u8>, len: usize) {
-    out.push(b'*');
-    out.extend_from_slice(itoa::Buffer::new().format(len).as_bytes());
-    out.extend_from_slice(b"\r\n");
-}
-
-/// A map of `pairs` entries: a RESP3 map, or a flat array of twice as many in RESP2.
-fn map_header(out: &mut Vec<u8>, session: &Session, pairs: usize) {
-    if session.protocol == 3 {
-        out.push(b'%');
-        out.extend_from_slice(itoa::Buffer::new().format(pairs).as_bytes());
-        out.extend_from_slice(b"\r\n");
-    } else {
-        array_header(out, pairs * 2);
-    }
-}
-
-fn id_value(id: u64) -> i64 {
-    // IDs are 63-bit: always a non-negative i64.
-    i64::try_from(id).unwrap_or(i64::MAX)
-}
 
 /// Answers one command into `out`, and counts it.
 async fn run(node: &Node, session: &mut Session, args: &[&[u8]], out: &mut Vec<u8>) {
