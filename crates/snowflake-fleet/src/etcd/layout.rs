@@ -3,10 +3,8 @@
 //! claim transaction (see `crate::fleet_layout`).
 
 use super::client::{EtcdClient, EtcdError};
+use super::pb;
 use super::txn::{absent, first_kvs, get, put};
-use super::{call_timeout, pb};
-use crate::config::EtcdConfig;
-use crate::error::FleetError;
 use crate::fleet_layout::{LayoutMismatch, check, check_marks, record_json};
 use snowflake_core::Layout;
 use std::time::Duration;
@@ -61,27 +59,4 @@ pub(super) async fn ensure_layout(
             message: format!("{key} was present and then absent in one transaction"),
         }),
     }
-}
-
-/// The fleet's layout record as stored (`None` when no node recorded one yet), for
-/// `snowflake state show`.
-pub async fn read_layout(config: &EtcdConfig) -> Result<Option<Vec<u8>>, FleetError> {
-    let timeout = call_timeout(config.lease_ttl_secs);
-    let client = EtcdClient::new(
-        &config.endpoints,
-        config.tls.as_ref(),
-        config.auth.as_ref(),
-        timeout,
-    )?;
-    let key = layout_key(&config.prefix);
-    let mut last = String::new();
-    for _ in 0..config.endpoints.len().max(1) {
-        match client.get_key(&key, timeout).await {
-            Ok(kv) => return Ok(kv.map(|kv| kv.value)),
-            Err(err) => last = err.to_string(),
-        }
-    }
-    Err(FleetError::Unavailable(format!(
-        "cannot read {key} from etcd: {last}"
-    )))
 }

@@ -60,8 +60,7 @@ mod watch;
 pub(crate) use claim::far_ahead;
 pub use claim::{ClaimError, FAR_AHEAD_MS, Holder};
 pub use client::{EtcdClient, EtcdError, KeepAliveStream, WatchStream};
-pub use layout::read_layout;
-pub use operator::{lower_mark, read_mark};
+pub use operator::{lower_mark, read_layout, read_mark};
 
 use crate::config::EtcdConfig;
 use crate::coordinator::{BoxFuture, Coordinator};

@@ -92,6 +92,23 @@ fn operator_client(config: &EtcdConfig) -> Result<(EtcdClient, Duration), FleetE
     Ok((client, timeout))
 }
 
+/// The fleet's layout record as stored (`None` when no node recorded one yet), for
+/// `snowflake state show`.
+pub async fn read_layout(config: &EtcdConfig) -> Result<Option<Vec<u8>>, FleetError> {
+    let (client, timeout) = operator_client(config)?;
+    let key = layout_key(&config.prefix);
+    let mut last = String::new();
+    for _ in 0..config.endpoints.len().max(1) {
+        match client.get_key(&key, timeout).await {
+            Ok(kv) => return Ok(kv.map(|kv| kv.value)),
+            Err(err) => last = err.to_string(),
+        }
+    }
+    Err(FleetError::Unavailable(format!(
+        "cannot read {key} from etcd: {last}"
+    )))
+}
+
 /// The pair's mark in etcd as an operator sees it (`snowflake state show`): its
 /// `high_water_ms` (0 when none was ever written), the stored value, and the claim key's
 /// value as `holder` while a node holds the pair. A mark that cannot be read (not JSON, another
