@@ -1,8 +1,9 @@
 /* A zero-work RESP server in C, the reference the issue's ceiling was stated against: one
  * thread, level-triggered epoll, non-blocking sockets with TCP_NODELAY, and for every read one
  * reply per `*` (array header) in it, an integer from a counter, written at once. No parsing, no
- * generator, no metrics, no allocation. Used by scripts/bench-resp-ceiling; never part of the
- * product.
+ * generator, no metrics, no allocation. Used by scripts/bench-resp-ceiling and by the comparison
+ * harness (bench/src/ceiling.rs, the same redis-benchmark commands as our RESP port); never part
+ * of the product.
  *
  *     cc -O2 -o zero_work_resp bench/c/zero_work_resp.c && ./zero_work_resp 6391
  */
@@ -11,6 +12,7 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/epoll.h>
@@ -22,6 +24,8 @@ int main(int argc, char **argv) {
     fprintf(stderr, "usage: %s PORT (1..=65535, on 127.0.0.1)\n", argv[0]);
     return 2;
   }
+  /* A client gone before its reply is written is an error to skip, not a signal that ends us. */
+  signal(SIGPIPE, SIG_IGN);
   int one = 1, listener = socket(AF_INET, SOCK_STREAM, 0);
   setsockopt(listener, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
   struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons(atoi(argv[1]))};

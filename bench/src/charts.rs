@@ -160,8 +160,8 @@ pub fn latency(run: &Run, path: &Path) -> Result<()> {
     )
 }
 
-/// Bars of our RESP port against redis-server, the same client (redis-benchmark), without and
-/// with pipelining.
+/// Bars of our RESP port against redis-server and the zero-work RESP server, the same client
+/// (redis-benchmark), without and with pipelining.
 pub fn resp(run: &Run, path: &Path) -> Result<()> {
     use crate::service::{RESP_GROUP, RESP_OURS, RESP_REDIS};
     let params = ["c=50", "c=50 -P 16"];
@@ -172,6 +172,7 @@ pub fn resp(run: &Run, path: &Path) -> Result<()> {
     let bars: Vec<(&str, Vec<Option<f64>>)> = [
         (RESP_OURS, "snowflake --resp-addr"),
         (RESP_REDIS, "redis-server"),
+        (crate::ceiling::RESP, "zero-work RESP server (C)"),
     ]
     .iter()
     .map(|(subject, name)| {
@@ -188,7 +189,7 @@ pub fn resp(run: &Run, path: &Path) -> Result<()> {
     .collect();
     grouped_bars(
         path,
-        "Redis clients: INCR against our RESP port and redis-server (redis-benchmark)",
+        "Redis clients: INCR against our RESP port, redis-server and a zero-work server (redis-benchmark)",
         "thousand requests/s",
         &labels,
         &bars,

@@ -2,6 +2,7 @@
 //! in one run on one machine; writes the report in BENCHMARKS.md.
 
 mod ab;
+mod ceiling;
 mod charts;
 mod client;
 mod lib_bench;

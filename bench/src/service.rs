@@ -1,6 +1,7 @@
 //! `service`: our server against Redis INCR and a PostgreSQL sequence, each started here on
 //! loopback with random free ports and temporary directories, measured with their own tools.
 
+use crate::ceiling::{self, Ceilings};
 use crate::model::Run;
 use crate::parse;
 use crate::procfs::{children_cpu_secs, process_cpu_secs, rss_kib};
@@ -19,6 +20,7 @@ use std::time::{Duration, Instant};
 pub const REDIS: &str = "Redis INCR (redis-benchmark)";
 pub const PG: &str = "PostgreSQL nextval (pgbench)";
 pub const WRK: &str = "snowflake HTTP /v1/id (wrk)";
+pub const GRPC_H2LOAD: &str = "snowflake gRPC NextId (h2load)";
 /// A zero-work HTTP/2 server in C answering `NextId`'s path with a fixed gRPC frame: the most
 /// any gRPC server can do on this machine with the same client.
 pub const NGHTTPD: &str = "reference: zero-work HTTP/2 server in C (nghttpd, h2load)";
@@ -45,8 +47,9 @@ fn wait_until(what: &str, timeout: Duration, mut ready: impl FnMut() -> bool) ->
     Ok(())
 }
 
-/// Redis, PostgreSQL, nghttpd and our server (plaintext, and a second one with TLS on its HTTP,
-/// gRPC and RESP ports), stopped (and their directories removed) on drop.
+/// Redis, PostgreSQL, nghttpd, the zero-work servers in C and our server (plaintext, and a
+/// second one with TLS on its HTTP, gRPC and RESP ports), stopped (and their directories
+/// removed) on drop.
 struct Services {
     work: tempfile::TempDir,
     pg_bin: PathBuf,
@@ -58,6 +61,7 @@ struct Services {
     pg_port: u16,
     nghttpd: Option<Child>,
     nghttpd_port: u16,
+    ceilings: Option<Ceilings>,
     sf: Option<SfServer>,
     sf_tls: Option<SfServer>,
 }
@@ -86,7 +90,14 @@ impl Services {
             .tempdir()?;
         // PostgreSQL runs as the postgres user, which must reach its data directory.
         run_cmd(Command::new("chmod").arg("755").arg(work.path()))?;
-        let [redis_port, redis_tls_port, pg_port, nghttpd_port] = free_ports()?;
+        let [
+            redis_port,
+            redis_tls_port,
+            pg_port,
+            nghttpd_port,
+            http1_port,
+            resp_port,
+        ] = free_ports()?;
         let mut s = Services {
             work,
             pg_bin,
@@ -97,6 +108,7 @@ impl Services {
             pg_port,
             nghttpd: None,
             nghttpd_port,
+            ceilings: None,
             sf: None,
             sf_tls: None,
         };
@@ -189,9 +201,12 @@ impl Services {
         wait_until("nghttpd", Duration::from_secs(10), || {
             TcpStream::connect(("127.0.0.1", nghttpd_port)).is_ok()
         })?;
+        s.ceilings = Some(Ceilings::start(&dir, http1_port, resp_port)?);
         // Ours only once the others listen: port 0 could otherwise get a port one of them is
         // about to bind.
         s.sf = Some(SfServer::start(sf_bin, &dir)?);
+        let ours = ceiling::id_answer(s.sf().http_port)?;
+        ceiling::check_same_shape(&ours, &ceiling::id_answer(http1_port)?)?;
         s.sf_tls = Some(SfServer::start_with(
             sf_bin,
             &dir,
@@ -266,6 +281,10 @@ impl Services {
         wrk(self.sf().http_port, connections, secs)
     }
 
+    fn ceilings(&self) -> &Ceilings {
+        self.ceilings.as_ref().expect("started in Services::start")
+    }
+
     fn sf_pid(&self) -> u32 {
         self.sf().pid()
     }
@@ -280,6 +299,7 @@ impl Drop for Services {
         // Our servers first (TERM, then KILL), as before their state directories go.
         drop(self.sf.take());
         drop(self.sf_tls.take());
+        drop(self.ceilings.take());
         for mut child in [self.redis.take(), self.nghttpd.take()]
             .into_iter()
             .flatten()
@@ -402,9 +422,14 @@ fn tls_and_resp(
         }
     }
 
-    // RESP against Redis: the same client, INCR without and with pipelining.
+    // RESP against Redis and the zero-work RESP server: the same client, INCR without and with
+    // pipelining.
     for (param, pipeline, guess) in [("c=50", 1, 60_000.0), ("c=50 -P 16", 16, 600_000.0)] {
-        for (subject, port) in [(RESP_OURS, plain.resp_port), (RESP_REDIS, svc.redis_port)] {
+        for (subject, port) in [
+            (RESP_OURS, plain.resp_port),
+            (RESP_REDIS, svc.redis_port),
+            (ceiling::RESP, svc.ceilings().resp.port),
+        ] {
             let row = sized.run(&format!("{subject} {param}"), guess, secs, |n| {
                 redis_benchmark(&RedisTarget::plain(port), 50, pipeline, n, None)
             })?;
@@ -544,7 +569,7 @@ pub fn run(root: &Path, secs: f64, rounds: usize) -> Result<Run> {
         }
         run.record(
             "single-id",
-            "snowflake gRPC NextId (h2load)",
+            GRPC_H2LOAD,
             "c=50",
             "IDs/s",
             h.requests_per_sec,
@@ -554,6 +579,22 @@ pub fn run(root: &Path, secs: f64, rounds: usize) -> Result<Run> {
             bail!("h2load against nghttpd: {} failed requests", n.failed);
         }
         run.record("single-id", NGHTTPD, "c=50", "IDs/s", n.requests_per_sec);
+        // The HTTP/1.1 ceiling: the same wrk command as ours, against the zero-work C server.
+        let c = wrk(svc.ceilings().http.port, 50, whole)?;
+        if c.non_2xx + c.socket_errors > 0 {
+            bail!(
+                "wrk against the zero-work HTTP/1.1 server: {} non-2xx, {} socket errors",
+                c.non_2xx,
+                c.socket_errors
+            );
+        }
+        run.record(
+            "single-id",
+            ceiling::HTTP1,
+            "c=50",
+            "IDs/s",
+            c.requests_per_sec,
+        );
         sf(
             &mut run,
             "batch",

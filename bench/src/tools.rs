@@ -48,6 +48,8 @@ pub fn ensure_tools() -> Result<PathBuf> {
         ("psql", "postgresql-client"),
         ("runuser", "util-linux"),
         ("openssl", "openssl"),
+        // The zero-work servers in C (bench/c), built by the harness.
+        ("cc", "gcc"),
     ]);
     if pg_bin_dir().is_none() {
         missing.push("postgresql");

@@ -5,8 +5,8 @@ use super::{LAYOUT_MAX, count, num, ratio, samples, subjects, table};
 use crate::lib_bench::OURS;
 use crate::model::Run;
 use crate::service::{
-    CONNECTIONS, LATENCY_CLOSED, LATENCY_RATE, NGHTTPD, REDIS, RESP_BATCH, RESP_GROUP, RESP_OURS,
-    RESP_REDIS, TLS_GROUP, WRK,
+    CONNECTIONS, GRPC_H2LOAD, LATENCY_CLOSED, LATENCY_RATE, NGHTTPD, REDIS, RESP_BATCH, RESP_GROUP,
+    RESP_OURS, RESP_REDIS, TLS_GROUP, WRK,
 };
 use std::fmt::Write as _;
 
@@ -24,22 +24,43 @@ pub(super) fn service_section(out: &mut String, svc: &Run, lib: Option<&Run>, ch
         .iter()
         .filter_map(|s| svc.find("single-id", s, "c=50"))
         .map(|m| {
+            // Ours as a share of the zero-work server measured with the same client.
+            let of_ceiling = crate::ceiling::of(&m.subject)
+                .and_then(|(c, _)| svc.median("single-id", c, "c=50"))
+                .map_or_else(String::new, |c| format!("{:.0}%", 100.0 * m.median / c));
             vec![
                 m.subject.clone(),
                 num(m.median),
                 ratio(m.median, redis),
                 ratio(m.median, wrk),
+                of_ceiling,
                 samples(m),
             ]
         })
         .collect();
     out.push_str(&table(
-        &["subject", "IDs/s", "vs Redis", "vs ours (wrk)", "rounds"],
+        &[
+            "subject",
+            "IDs/s",
+            "vs Redis",
+            "vs ours (wrk)",
+            "of its ceiling",
+            "rounds",
+        ],
         &rows,
     ));
     out.push('\n');
+    let ceiling = svc.median("single-id", crate::ceiling::HTTP1, "c=50");
+    if let Some(ceiling) = ceiling {
+        let _ = writeln!(
+            out,
+            "The HTTP/1.1 ceiling: a zero-work server in C (`bench/c/zero_work_http.c`: one thread on epoll like Redis, keep-alive, every pipelined request answered in order, one write per read) answering `GET /v1/id` with a fixed answer of the same size as ours (same status line, same headers, same body length; the harness checks), doing no other work, reached {} Redis with the same client (`wrk -t1 -c50`); our HTTP /v1/id (wrk) reached {:.0}% of that.\n",
+            ratio(ceiling, redis),
+            100.0 * wrk / ceiling
+        );
+    }
     let ceiling = svc.median("single-id", NGHTTPD, "c=50");
-    let grpc = svc.median("single-id", "snowflake gRPC NextId (h2load)", "c=50");
+    let grpc = svc.median("single-id", GRPC_H2LOAD, "c=50");
     if let (Some(ceiling), Some(grpc)) = (ceiling, grpc) {
         let _ = writeln!(
             out,
@@ -255,13 +276,14 @@ fn resp_section(out: &mut String, svc: &Run, charts_link: &str) {
     let _ = writeln!(out, "### Redis clients (RESP)\n");
     let _ = writeln!(
         out,
-        "`redis-benchmark -t incr -c 50` (and `-P 16`) against our `--resp-addr` and against redis-server (persistence off), alternating in every round.\n"
+        "`redis-benchmark -t incr -c 50` (and `-P 16`) against our `--resp-addr`, against redis-server (persistence off) and against the zero-work RESP server in C (`bench/c/zero_work_resp.c`: one thread on epoll, one integer reply per command, no parsing), alternating in every round.\n"
     );
     let rows: Vec<Vec<String>> = ["c=50", "c=50 -P 16"]
         .iter()
         .map(|p| {
             let ours = svc.median(RESP_GROUP, RESP_OURS, p).unwrap_or(f64::NAN);
             let redis = svc.median(RESP_GROUP, RESP_REDIS, p).unwrap_or(f64::NAN);
+            let ceiling = svc.median(RESP_GROUP, crate::ceiling::RESP, p);
             let rounds = svc
                 .find(RESP_GROUP, RESP_OURS, p)
                 .zip(svc.find(RESP_GROUP, RESP_REDIS, p))
@@ -282,6 +304,8 @@ fn resp_section(out: &mut String, svc: &Run, charts_link: &str) {
                 num(ours),
                 num(redis),
                 ratio(ours, redis),
+                ceiling.map_or_else(String::new, num),
+                ceiling.map_or_else(String::new, |c| format!("{:.0}%", 100.0 * ours / c)),
                 rounds,
             ]
         })
@@ -292,7 +316,9 @@ fn resp_section(out: &mut String, svc: &Run, charts_link: &str) {
             "ours",
             "redis-server",
             "ours / Redis",
-            "rounds",
+            "zero-work C",
+            "ours / zero-work",
+            "rounds (ours / Redis)",
         ],
         &rows,
     ));
