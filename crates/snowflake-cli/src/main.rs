@@ -426,7 +426,7 @@ fn serve(args: &ServeArgs, layout: &LayoutArgs) -> ExitCode {
         return ExitCode::from(2);
     }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(config.worker_threads)
+        .worker_threads(config.limits.worker_threads)
         .enable_all()
         .build()
     {
@@ -454,18 +454,19 @@ fn serve(args: &ServeArgs, layout: &LayoutArgs) -> ExitCode {
                  can issue duplicate IDs; never run it for real"
             );
         }
-        let coordination = config.coordination();
-        log_start(&config, coordination.as_ref());
+        // Cloned: the pair in `config` is replaced with the one granted, inside the claim.
+        let coordination = config.identity.coordination.clone();
+        log_start(&config);
         let listeners = Listeners::bind(&config).await?;
         let mut config = config;
         let request = snowflake_fleet::PairRequest {
-            datacenter_id: config.datacenter_id,
-            worker_id: config.worker_id,
-            pinned: config.worker_id_given(),
+            datacenter_id: config.identity.datacenter_id,
+            worker_id: config.identity.worker_id,
+            pinned: config.identity.worker_id_given(),
         };
         let applicant = snowflake_fleet::Applicant {
-            host: config.hostname.clone(),
-            advertise_addr: config.advertise_addr.clone(),
+            host: config.identity.hostname.clone(),
+            advertise_addr: config.identity.advertise_addr.clone(),
             listeners: [
                 ("http", listeners.http_addr()),
                 ("grpc", listeners.grpc_addr()),
@@ -487,8 +488,8 @@ fn serve(args: &ServeArgs, layout: &LayoutArgs) -> ExitCode {
             clock.as_ref(),
             stopped(stop_rx.clone()),
             |pair, coordinator| {
-                config.datacenter_id = pair.datacenter_id;
-                config.worker_id = pair.worker_id;
+                config.identity.datacenter_id = pair.datacenter_id;
+                config.identity.worker_id = pair.worker_id;
                 Node::with_coordinator(&config, Arc::clone(&clock), anchor, coordinator)
             },
         )
@@ -538,13 +539,14 @@ fn serve(args: &ServeArgs, layout: &LayoutArgs) -> ExitCode {
 /// The start-up line: the listeners asked for, where the pair comes from, the layout, the
 /// state directory and the coordinator, in a few hundred characters and without a secret (the
 /// whole configuration is `snowflake serve --help`'s business, not the log's).
-fn log_start(config: &Config, coordination: Option<&snowflake_fleet::Coordination>) {
+fn log_start(config: &Config) {
+    let coordination = config.identity.coordination.as_ref();
     let listeners = [
-        ("http", config.http_addr),
-        ("grpc", config.grpc_addr),
-        ("thrift", config.thrift_addr),
-        ("resp", config.resp_addr),
-        ("admin", config.admin_addr),
+        ("http", config.listeners.http_addr),
+        ("grpc", config.listeners.grpc_addr),
+        ("thrift", config.listeners.thrift_addr),
+        ("resp", config.listeners.resp_addr),
+        ("admin", config.listeners.admin_addr),
     ]
     .into_iter()
     .filter_map(|(name, addr)| addr.map(|addr| format!("{name}={addr}")))
@@ -553,19 +555,19 @@ fn log_start(config: &Config, coordination: Option<&snowflake_fleet::Coordinatio
     let pair = match coordination {
         None => format!(
             "datacenter {}, worker {} ({})",
-            config.datacenter_id,
-            config.worker_id,
-            config.identity_source()
+            config.identity.datacenter_id,
+            config.identity.worker_id,
+            config.identity.identity_source()
         ),
-        Some(fleet) if config.worker_id_given() => format!(
+        Some(fleet) if config.identity.worker_id_given() => format!(
             "datacenter {}, worker {} from {}",
-            config.datacenter_id,
-            config.worker_id,
+            config.identity.datacenter_id,
+            config.identity.worker_id,
             fleet.source()
         ),
         Some(fleet) => format!(
             "datacenter {}, the lowest free worker from {}",
-            config.datacenter_id,
+            config.identity.datacenter_id,
             fleet.source()
         ),
     };
@@ -584,10 +586,10 @@ fn log_start(config: &Config, coordination: Option<&snowflake_fleet::Coordinatio
 /// Logs to stderr, human-readable or JSON, filtered by `--log`.
 fn init_logging(config: &Config) -> anyhow::Result<()> {
     use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_new(&config.log).map_err(|e| {
+    let filter = EnvFilter::try_new(&config.logging.log).map_err(|e| {
         anyhow::anyhow!(
             "invalid --log (or SNOWFLAKE_LOG): {e}, found {:?}",
-            config.log
+            config.logging.log
         )
     })?;
     use std::io::IsTerminal;
@@ -595,7 +597,7 @@ fn init_logging(config: &Config) -> anyhow::Result<()> {
         .with_env_filter(filter)
         .with_writer(io::stderr)
         .with_ansi(io::stderr().is_terminal());
-    let installed = match config.log_format {
+    let installed = match config.logging.log_format {
         LogFormat::Human => builder.try_init(),
         LogFormat::Json => builder.json().try_init(),
     };

@@ -9,8 +9,8 @@ use anyhow::{Context, bail};
 use clap::Args;
 use snowflake_core::Layout;
 use snowflake_pg_keeper::{Settings, Target};
-use snowflake_server::Config;
 use snowflake_server::clock_trust::ClockAnchor;
+use snowflake_server::{Config, Coordination};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -85,18 +85,17 @@ const SHARED: &[&str] = KeeperFlags::KEYS;
 /// The keeper's settings and `serve`'s resolved configuration (for the logs), checked.
 fn resolve(args: &PgKeeperArgs, layout: Option<Layout>) -> anyhow::Result<(Settings, Config)> {
     let config = Config::resolve(&args.serve.0, None)?;
-    if config.zookeeper.is_some() {
-        bail!(
+    let etcd = match &config.identity.coordination {
+        Some(Coordination::Etcd(etcd)) => etcd.clone(),
+        Some(Coordination::ZooKeeper(_)) => bail!(
             "pg-keeper leases the database's pair from etcd only: remove zookeeper from its \
              settings (--zookeeper, SNOWFLAKE_ZOOKEEPER or the config file) and give \
              --etcd-endpoints"
-        );
-    }
-    let Some(etcd) = config.etcd.clone() else {
-        bail!(
+        ),
+        None => bail!(
             "pg-keeper needs the fleet's etcd: --etcd-endpoints URL[,URL...] (or \
              SNOWFLAKE_ETCD_ENDPOINTS, or etcd_endpoints in the config file)"
-        );
+        ),
     };
     let mut target = Target::parse(&args.postgres).map_err(anyhow::Error::msg)?;
     if let Some(file) = &args.postgres_password_file {
@@ -115,11 +114,11 @@ fn resolve(args: &PgKeeperArgs, layout: Option<Layout>) -> anyhow::Result<(Setti
     let settings = Settings {
         target,
         etcd,
-        reserve_ms: config.reserve_ms,
-        max_clock_step_ms: config.max_clock_step_ms,
-        clock_step_trust: config.clock_step_trust,
-        hostname: config.hostname.clone(),
-        advertise_addr: config.advertise_addr.clone(),
+        reserve_ms: config.clock.reserve_ms,
+        max_clock_step_ms: config.clock.max_clock_step_ms,
+        clock_step_trust: config.clock.clock_step_trust,
+        hostname: config.identity.hostname.clone(),
+        advertise_addr: config.identity.advertise_addr.clone(),
         layout,
     };
     Ok((settings, config))

@@ -234,9 +234,9 @@ mod tests {
         }
         let cli = parse(&[]);
         let config = Config::resolve(&cli.0, None).unwrap();
-        assert!(config.worker_id_given());
-        assert_eq!(config.worker_id, 4);
-        let etcd = config.etcd.unwrap();
+        assert!(config.identity.worker_id_given());
+        assert_eq!(config.identity.worker_id, 4);
+        let etcd = config.identity.etcd().unwrap();
         assert_eq!(
             etcd.endpoints,
             ["http://10.0.0.1:2379", "http://10.0.0.2:2379"]
@@ -247,7 +247,7 @@ mod tests {
             (5, Duration::from_secs(7))
         );
         assert_eq!(
-            config.advertise_addr.as_deref(),
+            config.identity.advertise_addr.as_deref(),
             Some("ids-4.internal:7609")
         );
         // A flag overrides its variable.

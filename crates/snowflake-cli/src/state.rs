@@ -14,9 +14,9 @@ use anyhow::{Context, anyhow, bail};
 use clap::{Args, Subcommand};
 use serde_json::json;
 use snowflake_core::{Field, Layout, LayoutRecord, SystemClock, format_unix_ms};
-use snowflake_server::Config;
 use snowflake_server::clock_trust::{Checked, ClockAnchor, MAX_AUTO_TRUSTED_STEP_MS};
 use snowflake_server::state::{Mark, MarkKind, StateDir, StoredClock};
+use snowflake_server::{Config, Coordination};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
@@ -146,8 +146,8 @@ impl Target {
         let pair = self
             .worker_id
             .is_some()
-            .then_some((config.datacenter_id, config.worker_id));
-        if pair.is_none() && (config.etcd.is_some() || config.zookeeper.is_some()) {
+            .then_some((config.identity.datacenter_id, config.identity.worker_id));
+        if pair.is_none() && config.identity.coordination.is_some() {
             bail!(
                 "the fleet's copy of a mark belongs to one pair: give --datacenter-id and --worker-id"
             );
@@ -246,7 +246,7 @@ fn show(
         args.target
             .resolve(epoch_ms, layout.layout, args.max_clock_step_ms.as_ref())?;
     let local = local_marks(&config.state_dir, pair)?;
-    let clock = ClockShown::read(&config.state_dir, config.max_clock_step_ms);
+    let clock = ClockShown::read(&config.state_dir, config.clock.max_clock_step_ms);
     // The fleet's layout record: the fleet's marks are read under it (a --layout given here
     // must be it).
     let recorded = fleet_layout(&config)?;
@@ -496,19 +496,21 @@ fn fleet_layout(config: &Config) -> anyhow::Result<Option<(String, LayoutRecord)
         .enable_all()
         .build()?;
     let (location, stored) = runtime.block_on(async {
-        if let Some(etcd) = &config.etcd {
-            let stored = snowflake_fleet::etcd::read_layout(etcd)
-                .await
-                .map_err(|e| anyhow!("cannot read the fleet's layout in etcd: {e}"))?;
-            return anyhow::Ok((format!("{}/layout", etcd.prefix), stored));
+        match &config.identity.coordination {
+            Some(Coordination::Etcd(etcd)) => {
+                let stored = snowflake_fleet::etcd::read_layout(etcd)
+                    .await
+                    .map_err(|e| anyhow!("cannot read the fleet's layout in etcd: {e}"))?;
+                anyhow::Ok((format!("{}/layout", etcd.prefix), stored))
+            }
+            Some(Coordination::ZooKeeper(zookeeper)) => {
+                let stored = snowflake_fleet::zookeeper::read_layout(zookeeper)
+                    .await
+                    .map_err(|e| anyhow!("cannot read the fleet's layout in ZooKeeper: {e}"))?;
+                anyhow::Ok((zookeeper.layout_path(), stored))
+            }
+            None => anyhow::Ok((String::new(), None)),
         }
-        if let Some(zookeeper) = &config.zookeeper {
-            let stored = snowflake_fleet::zookeeper::read_layout(zookeeper)
-                .await
-                .map_err(|e| anyhow!("cannot read the fleet's layout in ZooKeeper: {e}"))?;
-            return anyhow::Ok((zookeeper.layout_path(), stored));
-        }
-        anyhow::Ok((String::new(), None))
     })?;
     let Some(stored) = stored else {
         return Ok(None);
@@ -532,23 +534,26 @@ fn fleet_mark(
         .enable_all()
         .build()?;
     runtime.block_on(async {
-        if let Some(etcd) = &config.etcd {
-            let pair = snowflake_fleet::Pair {
-                datacenter_id,
-                worker_id,
-            };
-            let mark = snowflake_fleet::etcd::read_mark(etcd, &config.layout, pair)
-                .await
-                .map_err(|e| anyhow!("cannot read the mark in etcd: {e}"))?;
-            return Ok(Some(("etcd", mark)));
+        match &config.identity.coordination {
+            Some(Coordination::Etcd(etcd)) => {
+                let pair = snowflake_fleet::Pair {
+                    datacenter_id,
+                    worker_id,
+                };
+                let mark = snowflake_fleet::etcd::read_mark(etcd, &config.layout, pair)
+                    .await
+                    .map_err(|e| anyhow!("cannot read the mark in etcd: {e}"))?;
+                Ok(Some(("etcd", mark)))
+            }
+            Some(Coordination::ZooKeeper(zookeeper)) => {
+                let mark =
+                    snowflake_fleet::zookeeper::read_mark(zookeeper, &config.layout, worker_id)
+                        .await
+                        .map_err(|e| anyhow!("cannot read the mark in ZooKeeper: {e}"))?;
+                Ok(Some(("zookeeper", mark)))
+            }
+            None => Ok(None),
         }
-        if let Some(zookeeper) = &config.zookeeper {
-            let mark = snowflake_fleet::zookeeper::read_mark(zookeeper, &config.layout, worker_id)
-                .await
-                .map_err(|e| anyhow!("cannot read the mark in ZooKeeper: {e}"))?;
-            return Ok(Some(("zookeeper", mark)));
-        }
-        Ok(None)
     })
 }
 
@@ -600,24 +605,27 @@ fn lower(
         now_ms,
     };
     let fleet = runtime.block_on(async {
-        if let Some(etcd) = &config.etcd {
-            let pair = snowflake_fleet::Pair {
-                datacenter_id,
-                worker_id,
-            };
-            let previous = snowflake_fleet::etcd::lower_mark(etcd, &layout, pair, &lowering)
-                .await
-                .map_err(|e| anyhow!("etcd: {e}"))?;
-            return anyhow::Ok(Some(("etcd", previous)));
-        }
-        if let Some(zookeeper) = &config.zookeeper {
-            let previous =
-                snowflake_fleet::zookeeper::lower_mark(zookeeper, &layout, worker_id, &lowering)
+        match &config.identity.coordination {
+            Some(Coordination::Etcd(etcd)) => {
+                let pair = snowflake_fleet::Pair {
+                    datacenter_id,
+                    worker_id,
+                };
+                let previous = snowflake_fleet::etcd::lower_mark(etcd, &layout, pair, &lowering)
                     .await
-                    .map_err(|e| anyhow!("ZooKeeper: {e}"))?;
-            return anyhow::Ok(Some(("zookeeper", previous)));
+                    .map_err(|e| anyhow!("etcd: {e}"))?;
+                anyhow::Ok(Some(("etcd", previous)))
+            }
+            Some(Coordination::ZooKeeper(zookeeper)) => {
+                let previous = snowflake_fleet::zookeeper::lower_mark(
+                    zookeeper, &layout, worker_id, &lowering,
+                )
+                .await
+                .map_err(|e| anyhow!("ZooKeeper: {e}"))?;
+                anyhow::Ok(Some(("zookeeper", previous)))
+            }
+            None => anyhow::Ok(None),
         }
-        anyhow::Ok(None)
     })?;
     if let Some((service, previous)) = &fleet {
         let line = format!(

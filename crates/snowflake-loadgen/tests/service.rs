@@ -27,9 +27,9 @@ impl Service {
         let dir = tempfile::tempdir().unwrap();
         let mut config = Config::with_state_dir(dir.path());
         let any = SocketAddr::from(([127, 0, 0, 1], 0));
-        config.http_addr = Some(any);
-        config.grpc_addr = Some(any);
-        config.thrift_addr = Some(any);
+        config.listeners.http_addr = Some(any);
+        config.listeners.grpc_addr = Some(any);
+        config.listeners.thrift_addr = Some(any);
         let node =
             Node::new(&config, Arc::new(SystemClock) as Arc<dyn Clock>).expect("node starts");
         let listeners = Listeners::bind(&config).await.expect("binds");

@@ -554,7 +554,7 @@ fn method_not_allowed(method: &Method, uri: &Uri) -> Response {
 const MAX_BUF_BYTES: usize = 8 * 1024;
 
 /// Serves `router` on `listener` until `shutdown` flips to true; then stops accepting, lets
-/// in-flight requests finish (at most `config.shutdown_timeout`), and returns.
+/// in-flight requests finish (at most `config.limits.shutdown_timeout`), and returns.
 pub async fn serve(
     listener: TcpListener,
     node: Arc<Node>,
@@ -573,7 +573,7 @@ pub async fn serve_admin(
     config: &Config,
     shutdown: watch::Receiver<bool>,
 ) {
-    let router = admin_router(Arc::clone(&node), config.admin_status_page);
+    let router = admin_router(Arc::clone(&node), config.listeners.admin_status_page);
     serve_as("admin", listener, node, router, config, None, shutdown).await;
 }
 
@@ -592,7 +592,7 @@ async fn serve_as(
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder
         .timer(TokioTimer::new())
-        .header_read_timeout(config.idle_timeout)
+        .header_read_timeout(config.limits.idle_timeout)
         // The most a connection buffers: an unfinished request head (a longer one is answered
         // 431), and body pieces waiting for a slow client (a large body is formatted only as
         // it is sent). hyper's default (about 400 KiB) times the connection cap was hundreds of

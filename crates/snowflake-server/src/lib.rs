@@ -31,7 +31,8 @@ pub mod tls;
 pub mod window;
 
 pub use config::{
-    Config, ConfigError, EtcdConfig, LogFormat, ServeArgs, WorkerSource, ZooKeeperConfig,
+    ClockConfig, Config, ConfigError, Coordination, EtcdConfig, IdentityConfig, LimitsConfig,
+    ListenerConfig, LogConfig, LogFormat, ServeArgs, WorkerSource, ZooKeeperConfig,
 };
 pub use node::{IssueError, Node, NotNow, Protocol};
 pub use state::StateError;
@@ -63,18 +64,18 @@ impl Listeners {
     /// Loads the TLS files of `config` (bad ones stop the start before anything is bound), then
     /// binds every enabled listener.
     pub async fn bind(config: &Config) -> Result<Listeners, BindError> {
-        let tls = match &config.tls {
+        let tls = match &config.listeners.tls {
             Some(files) => Some(Arc::new(
                 tls::Tls::load(files.clone(), tls::unix_now()).map_err(BindError::Tls)?,
             )),
             None => None,
         };
         Ok(Listeners {
-            http: bind(config.http_addr, "http").await?,
-            grpc: bind(config.grpc_addr, "grpc").await?,
-            thrift: bind(config.thrift_addr, "thrift").await?,
-            admin: bind(config.admin_addr, "admin").await?,
-            resp: bind(config.resp_addr, "resp").await?,
+            http: bind(config.listeners.http_addr, "http").await?,
+            grpc: bind(config.listeners.grpc_addr, "grpc").await?,
+            thrift: bind(config.listeners.thrift_addr, "thrift").await?,
+            admin: bind(config.listeners.admin_addr, "admin").await?,
+            resp: bind(config.listeners.resp_addr, "resp").await?,
             tls,
         })
     }

@@ -106,7 +106,11 @@ impl Node {
         let layout = config.layout;
         let state = StateDir::open(&config.state_dir)?;
         state.remove_leftovers();
-        let mut mark = state.load(config.datacenter_id, config.worker_id, &layout)?;
+        let mut mark = state.load(
+            config.identity.datacenter_id,
+            config.identity.worker_id,
+            &layout,
+        )?;
         let last_written_ms = mark.as_ref().map(|m| m.written_at_ms);
         // Only a reservation this node's own previous run left behind says it crashed; a mark
         // taken over from the coordination service (below) is another holder's, often a clean
@@ -128,8 +132,8 @@ impl Node {
                  resuming above it"
             );
             mark = Some(StateDir::mark(
-                config.datacenter_id,
-                config.worker_id,
+                config.identity.datacenter_id,
+                config.identity.worker_id,
                 &layout,
                 floor_ms,
                 MarkKind::Reservation,
@@ -138,8 +142,8 @@ impl Node {
         }
         let mut builder = Generator::builder()
             .layout(layout)
-            .datacenter_id(config.datacenter_id)
-            .worker_id(config.worker_id)
+            .datacenter_id(config.identity.datacenter_id)
+            .worker_id(config.identity.worker_id)
             .clock(Arc::clone(&clock))
             .issue_limit_ms(0);
         let phase = match &mark {
@@ -159,7 +163,7 @@ impl Node {
         };
         // The config was validated against the layout, so this cannot fail; map it anyway.
         let generator = builder.build().map_err(|e| StateError::Corrupt {
-            path: state.file(config.datacenter_id, config.worker_id),
+            path: state.file(config.identity.datacenter_id, config.identity.worker_id),
             reason: e.to_string(),
         })?;
         let now_ms = clock.now_ms();
@@ -174,7 +178,7 @@ impl Node {
             generator,
             identity_source: coordinator
                 .as_ref()
-                .map_or(config.identity_source(), |c| c.source()),
+                .map_or(config.identity.identity_source(), |c| c.source()),
             coordinator,
             fleet: Arc::default(),
             status: Mutex::new(Status {
@@ -198,7 +202,7 @@ impl Node {
             );
         }
         let checked = match state.load_clock() {
-            Ok(Some(last)) => anchor.check_against(&last, config.max_clock_step_ms),
+            Ok(Some(last)) => anchor.check_against(&last, config.clock.max_clock_step_ms),
             Ok(None) => None,
             Err(err) => {
                 tracing::warn!(error = %err, "cannot check the clock against the previous run; trusting its first reading");
@@ -220,8 +224,8 @@ impl Node {
         let trust = ClockTrust::anchored(
             Arc::clone(&clock),
             &anchor,
-            config.max_clock_step_ms,
-            config.clock_step_trust,
+            config.clock.max_clock_step_ms,
+            config.clock.clock_step_trust,
         );
         if let Some(written_ms) = last_written_ms {
             trust.raise_to(written_ms);
@@ -238,14 +242,14 @@ impl Node {
             shared,
             clock,
             layout,
-            max_batch: config.max_batch,
-            max_backwards_wait_ms: config.max_backwards_wait_ms,
-            reserve_ms: config.reserve_ms,
+            max_batch: config.limits.max_batch,
+            max_backwards_wait_ms: config.clock.max_backwards_wait_ms,
+            reserve_ms: config.clock.reserve_ms,
             trust,
-            shutdown_timeout: config.shutdown_timeout,
+            shutdown_timeout: config.limits.shutdown_timeout,
             reserving: tokio::sync::Mutex::new(()),
             fence: Mutex::new(fence_rx),
-            request_timeout: config.request_timeout,
+            request_timeout: config.limits.request_timeout,
             state: Arc::new(state),
         }))
     }

@@ -12,7 +12,7 @@ async fn node(layout: Layout, worker_id: u64) -> (TestServer, tempfile::TempDir)
     let dir = tempfile::tempdir().unwrap();
     let mut config = config(dir.path());
     config.layout = layout;
-    config.worker_id = worker_id;
+    config.identity.worker_id = worker_id;
     let server = TestServer::start(config, ManualClock::new(T)).await;
     server.wait_ready().await;
     server.tick();

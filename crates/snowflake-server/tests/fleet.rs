@@ -100,7 +100,7 @@ async fn a_lease_that_is_not_renewed_closes_the_node_by_itself() {
     // (when one does, the deadline is missed: see
     // `a_lease_that_runs_out_during_a_reservation_write_still_closes_the_node`).
     let mut config = config(dir.path());
-    config.reserve_ms = 60_000;
+    config.clock.reserve_ms = 60_000;
     let server = start_with(config, T, &lease).await;
     wait_ready(&server).await;
     // The last renewal before the coordination service went out of reach: held 300 ms more.

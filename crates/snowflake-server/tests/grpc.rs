@@ -62,8 +62,8 @@ impl Drop for Ticker {
 async fn server() -> (TestServer, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
     let mut config = config(dir.path());
-    config.datacenter_id = 3;
-    config.worker_id = 5;
+    config.identity.datacenter_id = 3;
+    config.identity.worker_id = 5;
     let server = TestServer::start(config, ManualClock::new(T)).await;
     server.wait_ready().await;
     (server, dir)

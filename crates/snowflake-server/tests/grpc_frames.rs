@@ -9,8 +9,8 @@ use std::time::Duration;
 async fn server() -> (TestServer, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
     let mut config = config(dir.path());
-    config.datacenter_id = 3;
-    config.worker_id = 5;
+    config.identity.datacenter_id = 3;
+    config.identity.worker_id = 5;
     let server = TestServer::start(config, ManualClock::new(T)).await;
     server.wait_ready().await;
     (server, dir)
@@ -177,7 +177,7 @@ async fn next_id_frames_of_every_shape_get_the_grpc_answer() {
 async fn a_call_cut_by_the_request_timeout_is_counted_and_observed() {
     let dir = tempfile::tempdir().unwrap();
     let mut config = config(dir.path());
-    config.request_timeout = Duration::from_millis(300);
+    config.limits.request_timeout = Duration::from_millis(300);
     let server = TestServer::start(config, ManualClock::new(T)).await;
     server.wait_ready().await;
     let addr = server.grpc_addr.unwrap();

@@ -172,8 +172,8 @@ async fn the_stream_over_the_cap_is_refused_and_the_others_go_on() {
 async fn a_client_that_grants_no_window_loses_its_slot() {
     let idle = Duration::from_millis(400);
     let (server, _dir) = start(|config| {
-        config.max_connections = 1;
-        config.idle_timeout = idle;
+        config.limits.max_connections = 1;
+        config.limits.idle_timeout = idle;
     })
     .await;
     server.tick();
@@ -209,8 +209,8 @@ async fn a_client_that_grants_no_window_loses_its_slot() {
 async fn a_request_trickled_in_is_cut_at_the_idle_timeout() {
     let idle = Duration::from_millis(500);
     let (server, _dir) = start(|config| {
-        config.idle_timeout = idle;
-        config.request_timeout = Duration::from_secs(30);
+        config.limits.idle_timeout = idle;
+        config.limits.request_timeout = Duration::from_secs(30);
     })
     .await;
     let (mut sender, _connection) = h2_client(&server, |_| {}).await;

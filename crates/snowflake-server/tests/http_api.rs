@@ -263,7 +263,7 @@ async fn clock_stepped_back_refuses_with_503_then_resumes_above_the_old_maximum(
 async fn small_regressions_are_waited_out_when_configured() {
     let dir = tempfile::tempdir().unwrap();
     let mut config = config(dir.path());
-    config.max_backwards_wait_ms = 1000;
+    config.clock.max_backwards_wait_ms = 1000;
     let server = TestServer::start(config, ManualClock::new(T)).await;
     server.wait_ready().await;
     let before = id_of(&server.get("/v1/id").await);
@@ -359,8 +359,8 @@ async fn a_forward_clock_jump_only_leaves_a_gap() {
 async fn a_forward_clock_step_is_refused_until_it_held_then_only_leaves_a_gap() {
     let dir = tempfile::tempdir().unwrap();
     let mut config = crate::support::config(dir.path());
-    config.max_clock_step_ms = 1000;
-    config.clock_step_trust = std::time::Duration::from_millis(1000);
+    config.clock.max_clock_step_ms = 1000;
+    config.clock.clock_step_trust = std::time::Duration::from_millis(1000);
     let server = TestServer::start(config, ManualClock::new(T)).await;
     let before = id_of(&server.get("/v1/id").await);
     // 600 ms at once: within --max-clock-step-ms, trusted.

@@ -16,8 +16,8 @@ async fn server(layout: Layout) -> (TestServer, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
     let mut config = config(dir.path());
     config.layout = layout;
-    config.datacenter_id = 3;
-    config.worker_id = 15;
+    config.identity.datacenter_id = 3;
+    config.identity.worker_id = 15;
     let server = TestServer::start(config, ManualClock::new(T)).await;
     server.wait_ready().await;
     (server, dir)

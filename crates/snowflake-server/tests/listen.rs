@@ -55,8 +55,8 @@ async fn over_the_cap_each_door_answers_its_way_and_keeps_serving() {
     for (door, with_tls) in rows {
         let row = format!("{door:?}{}", if with_tls { " over TLS" } else { "" });
         let (server, _dir) = start(|config| {
-            config.max_connections = 1;
-            config.tls = with_tls.then(|| certs.server_files(false));
+            config.limits.max_connections = 1;
+            config.listeners.tls = with_tls.then(|| certs.server_files(false));
         })
         .await;
         let tls = with_tls.then_some(&tls);
@@ -136,8 +136,8 @@ async fn a_silent_connection_is_closed_after_the_idle_timeout_and_frees_its_slot
         for door in Door::ALL {
             let row = format!("{door:?}, silent {silence:?}");
             let (server, _dir) = start(|config| {
-                config.max_connections = 1;
-                config.idle_timeout = idle;
+                config.limits.max_connections = 1;
+                config.limits.idle_timeout = idle;
             })
             .await;
             let (closed, waited) = match silence {
@@ -178,7 +178,8 @@ async fn a_silent_connection_is_closed_after_the_idle_timeout_and_frees_its_slot
 /// timeouts keeps its connection, on every door.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_busy_connection_outlives_many_idle_timeouts() {
-    let (server, _dir) = start(|config| config.idle_timeout = Duration::from_millis(300)).await;
+    let (server, _dir) =
+        start(|config| config.limits.idle_timeout = Duration::from_millis(300)).await;
     for door in Door::ALL {
         let mut busy = Client::served(&server, door).await;
         let started = Instant::now();
@@ -203,8 +204,9 @@ async fn a_busy_connection_outlives_many_idle_timeouts() {
 async fn a_client_that_never_reads_its_replies_loses_its_slot() {
     for door in [Door::Http, Door::Grpc, Door::Thrift, Door::Resp] {
         let (server, _dir) = start(|config| {
-            config.max_connections = 1;
-            config.idle_timeout = Duration::from_millis(if door == Door::Grpc { 400 } else { 500 });
+            config.limits.max_connections = 1;
+            config.limits.idle_timeout =
+                Duration::from_millis(if door == Door::Grpc { 400 } else { 500 });
         })
         .await;
         // A clock that moves, for the gRPC stream of many milliseconds' worth of IDs.
@@ -302,8 +304,8 @@ async fn a_request_trickled_in_is_cut_at_the_idle_timeout_from_its_first_byte() 
     let idle = Duration::from_millis(500);
     for door in [Door::Http, Door::Admin, Door::Thrift, Door::Resp] {
         let (server, _dir) = start(|config| {
-            config.max_connections = 1;
-            config.idle_timeout = idle;
+            config.limits.max_connections = 1;
+            config.limits.idle_timeout = idle;
         })
         .await;
         let request = match door {
@@ -414,8 +416,8 @@ async fn stall(server: &TestServer, door: Door) -> Option<tokio::task::JoinHandl
 async fn a_draining_door_refuses_new_connections_closes_idle_ones_and_answers_what_it_holds() {
     for door in Door::ALL {
         let (server, _dir) = start(|config| {
-            config.request_timeout = Duration::from_millis(1500);
-            config.max_backwards_wait_ms = 5000;
+            config.limits.request_timeout = Duration::from_millis(1500);
+            config.clock.max_backwards_wait_ms = 5000;
         })
         .await;
         let addr = door.addr(&server);
@@ -464,9 +466,9 @@ async fn a_draining_door_refuses_new_connections_closes_idle_ones_and_answers_wh
 async fn the_shutdown_timeout_cuts_what_is_still_busy() {
     for door in [Door::Http, Door::Grpc, Door::Thrift, Door::Resp] {
         let (server, _dir) = start(|config| {
-            config.request_timeout = Duration::from_secs(30);
-            config.max_backwards_wait_ms = 5000;
-            config.shutdown_timeout = Duration::from_millis(800);
+            config.limits.request_timeout = Duration::from_secs(30);
+            config.clock.max_backwards_wait_ms = 5000;
+            config.limits.shutdown_timeout = Duration::from_millis(800);
         })
         .await;
         let stalled = stall(&server, door).await.unwrap();
@@ -497,7 +499,8 @@ async fn the_shutdown_timeout_cuts_what_is_still_busy() {
 async fn tls_doors_refuse_plaintext_and_strangers() {
     let certs = Certs::new();
     for mutual in [false, true] {
-        let (server, _dir) = start(|config| config.tls = Some(certs.server_files(mutual))).await;
+        let (server, _dir) =
+            start(|config| config.listeners.tls = Some(certs.server_files(mutual))).await;
         let (good, refused) = if mutual {
             let refused: Vec<(&str, Option<TlsClient>)> = vec![
                 ("no client certificate", Some(certs.anonymous())),
@@ -536,9 +539,9 @@ async fn a_tls_handshake_that_does_not_come_is_cut_and_frees_its_slot() {
     let idle = Duration::from_millis(400);
     for door in Door::TLS {
         let (server, _dir) = start(|config| {
-            config.tls = Some(certs.server_files(false));
-            config.max_connections = 1;
-            config.idle_timeout = idle;
+            config.listeners.tls = Some(certs.server_files(false));
+            config.limits.max_connections = 1;
+            config.limits.idle_timeout = idle;
         })
         .await;
         let started = Instant::now();

@@ -19,16 +19,16 @@ pub const T: u64 = 1_790_000_000_000;
 
 pub fn config(state_dir: &Path) -> Config {
     let mut config = Config::with_state_dir(state_dir);
-    config.http_addr = Some(SocketAddr::from(([127, 0, 0, 1], 0)));
-    config.grpc_addr = Some(SocketAddr::from(([127, 0, 0, 1], 0)));
-    config.thrift_addr = Some(SocketAddr::from(([127, 0, 0, 1], 0)));
-    config.resp_addr = Some(SocketAddr::from(([127, 0, 0, 1], 0)));
-    config.admin_addr = Some(SocketAddr::from(([127, 0, 0, 1], 0)));
-    config.reserve_ms = 200;
+    config.listeners.http_addr = Some(SocketAddr::from(([127, 0, 0, 1], 0)));
+    config.listeners.grpc_addr = Some(SocketAddr::from(([127, 0, 0, 1], 0)));
+    config.listeners.thrift_addr = Some(SocketAddr::from(([127, 0, 0, 1], 0)));
+    config.listeners.resp_addr = Some(SocketAddr::from(([127, 0, 0, 1], 0)));
+    config.listeners.admin_addr = Some(SocketAddr::from(([127, 0, 0, 1], 0)));
+    config.clock.reserve_ms = 200;
     // The manual clock jumps where real time only flows: the clock-step policy (which compares
     // the wall clock with the real monotonic clock) would see every jump as a step. Tests of
     // that policy set it back (see `http_api::a_forward_clock_step_is_refused_until_it_held`).
-    config.max_clock_step_ms = 3_600_000;
+    config.clock.max_clock_step_ms = 3_600_000;
     config
 }
 

@@ -139,8 +139,8 @@ async fn request(stream: &mut TcpStream, bytes: &[u8]) -> Reply {
 async fn server() -> (TestServer, tempfile::TempDir, std::net::SocketAddr) {
     let dir = tempfile::tempdir().unwrap();
     let mut config = config(dir.path());
-    config.datacenter_id = 3;
-    config.worker_id = 9;
+    config.identity.datacenter_id = 3;
+    config.identity.worker_id = 9;
     let server = TestServer::start(config, ManualClock::new(T)).await;
     server.wait_ready().await;
     let addr = server.thrift_addr.expect("thrift on");
@@ -403,8 +403,8 @@ async fn pipelined_requests_are_answered_in_order() {
 async fn waits_for_the_clock_stay_within_the_request_timeout() {
     let dir = tempfile::tempdir().unwrap();
     let mut config = config(dir.path());
-    config.max_backwards_wait_ms = 5000;
-    config.request_timeout = Duration::from_millis(100);
+    config.clock.max_backwards_wait_ms = 5000;
+    config.limits.request_timeout = Duration::from_millis(100);
     let server = TestServer::start(config, ManualClock::new(T)).await;
     server.wait_ready().await;
     let mut stream = TcpStream::connect(server.thrift_addr.unwrap())

@@ -9,7 +9,8 @@ use super::parse::{
 };
 use super::source::{ConfigFile, Sources};
 use super::{
-    Config, ConfigError, EtcdConfig, LogFormat, ServeArgs, WorkerSource, ZooKeeperConfig,
+    ClockConfig, Config, ConfigError, Coordination, EtcdConfig, IdentityConfig, LimitsConfig,
+    ListenerConfig, LogConfig, LogFormat, ServeArgs, WorkerSource, ZooKeeperConfig,
     default_max_batch,
 };
 use crate::settings::{self as s, Setting};
@@ -171,41 +172,51 @@ impl Config {
                     .into(),
             ));
         }
-        let config = Config {
-            http_addr,
-            grpc_addr,
-            grpc_max_concurrent_streams,
-            thrift_addr,
-            thrift_max_frame_bytes,
-            admin_addr,
-            admin_status_page,
-            resp_addr,
-            resp_limits,
-            tls,
-            layout,
-            datacenter_id,
-            worker_id,
-            state_dir,
-            max_batch,
-            max_backwards_wait_ms,
-            reserve_ms,
-            max_clock_step_ms,
-            clock_step_trust,
-            max_connections,
-            request_timeout,
-            idle_timeout,
-            shutdown_timeout,
-            worker_threads,
-            log_format,
-            log,
-            worker_source,
-            etcd,
-            advertise_addr,
-            zookeeper,
-            hostname,
+        let coordination = match (etcd, zookeeper) {
+            (Some(etcd), _) => Some(Coordination::Etcd(etcd)),
+            (None, Some(zookeeper)) => Some(Coordination::ZooKeeper(zookeeper)),
+            (None, None) => None,
         };
-        refuse_cleartext_credentials(&src, &config)?;
-        Ok(config)
+        refuse_cleartext_credentials(&src, coordination.as_ref())?;
+        Ok(Config {
+            layout,
+            listeners: ListenerConfig {
+                http_addr,
+                grpc_addr,
+                thrift_addr,
+                resp_addr,
+                admin_addr,
+                admin_status_page,
+                tls,
+            },
+            limits: LimitsConfig {
+                thrift_max_frame_bytes,
+                resp: resp_limits,
+                grpc_max_concurrent_streams,
+                max_batch,
+                max_connections,
+                request_timeout,
+                idle_timeout,
+                shutdown_timeout,
+                worker_threads,
+            },
+            clock: ClockConfig {
+                max_backwards_wait_ms,
+                reserve_ms,
+                max_clock_step_ms,
+                clock_step_trust,
+            },
+            identity: IdentityConfig {
+                datacenter_id,
+                worker_id,
+                worker_source,
+                coordination,
+                advertise_addr,
+                hostname,
+            },
+            state_dir,
+            logging: LogConfig { log_format, log },
+        })
     }
 }
 
@@ -413,7 +424,10 @@ fn resolve_zookeeper(
 /// Refuses credentials that would cross the network unencrypted (an etcd password to an
 /// `http://` endpoint, a ZooKeeper digest identity without TLS) unless
 /// `--allow-cleartext-credentials` says the network is trusted.
-fn refuse_cleartext_credentials(src: &Sources<'_>, config: &Config) -> Result<(), ConfigError> {
+fn refuse_cleartext_credentials(
+    src: &Sources<'_>,
+    coordination: Option<&Coordination>,
+) -> Result<(), ConfigError> {
     let allowed = match src.pick(&s::ALLOW_CLEARTEXT_CREDENTIALS) {
         Some((text, name)) => match text.as_str() {
             "true" => true,
@@ -433,7 +447,7 @@ fn refuse_cleartext_credentials(src: &Sources<'_>, config: &Config) -> Result<()
     const WAY_OUT: &str = "or, only on a network you trust, pass --allow-cleartext-credentials \
         (SNOWFLAKE_ALLOW_CLEARTEXT_CREDENTIALS=true, allow_cleartext_credentials = true in the \
         config file)";
-    if let Some(etcd) = &config.etcd
+    if let Some(Coordination::Etcd(etcd)) = coordination
         && let Some(auth) = &etcd.auth
     {
         let plain: Vec<&str> = etcd
@@ -453,7 +467,7 @@ fn refuse_cleartext_credentials(src: &Sources<'_>, config: &Config) -> Result<()
             )));
         }
     }
-    if let Some(zookeeper) = &config.zookeeper
+    if let Some(Coordination::ZooKeeper(zookeeper)) = coordination
         && zookeeper.auth.is_some()
         && zookeeper.tls.is_none()
     {

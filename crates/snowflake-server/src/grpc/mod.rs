@@ -500,7 +500,7 @@ async fn track_health(
 }
 
 /// Serves gRPC on `listener` until `shutdown` flips to true; then stops accepting, lets
-/// in-flight calls finish (at most `config.shutdown_timeout`), and returns.
+/// in-flight calls finish (at most `config.limits.shutdown_timeout`), and returns.
 pub async fn serve(
     listener: TcpListener,
     node: Arc<Node>,
@@ -546,12 +546,12 @@ pub async fn serve(
     let shared = Arc::new(shared::Shared {
         routes,
         service,
-        request_timeout: config.request_timeout,
+        request_timeout: config.limits.request_timeout,
         handshake_timeout: limits.handshake_timeout(),
-        max_streams: config.grpc_max_concurrent_streams,
-        keepalive_interval: config.idle_timeout / 2,
+        max_streams: config.limits.grpc_max_concurrent_streams,
+        keepalive_interval: config.limits.idle_timeout / 2,
         keepalive_timeout: KEEPALIVE_TIMEOUT,
-        idle_timeout: config.idle_timeout,
+        idle_timeout: config.limits.idle_timeout,
     });
     let rejected = node.metrics().connections_rejected.clone();
     let door = Arc::new(Grpc(shared));

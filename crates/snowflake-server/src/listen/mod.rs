@@ -99,9 +99,9 @@ impl Limits {
     /// The limits of `config`.
     pub fn of(config: &Config) -> Limits {
         Limits {
-            max_connections: config.max_connections,
-            idle_timeout: config.idle_timeout,
-            shutdown_timeout: config.shutdown_timeout,
+            max_connections: config.limits.max_connections,
+            idle_timeout: config.limits.idle_timeout,
+            shutdown_timeout: config.limits.shutdown_timeout,
         }
     }
 

@@ -64,7 +64,7 @@ const KEEP_BYTES: usize = 16 * 1024;
 const BULK_HELD_BYTES: u64 = 2 * FLUSH_BYTES as u64;
 
 /// Serves RESP on `listener` until `shutdown` flips; then stops accepting and lets each
-/// connection finish the commands it has read (at most `config.shutdown_timeout`).
+/// connection finish the commands it has read (at most `config.limits.shutdown_timeout`).
 pub async fn serve(
     listener: TcpListener,
     node: Arc<Node>,
@@ -75,8 +75,8 @@ pub async fn serve(
     let rejected = node.metrics().connections_rejected.clone();
     let door = Arc::new(Resp {
         node,
-        limits: config.resp_limits,
-        idle: config.idle_timeout,
+        limits: config.limits.resp,
+        idle: config.limits.idle_timeout,
         clients: AtomicU64::new(0),
     });
     let limits = listen::Limits::of(config);

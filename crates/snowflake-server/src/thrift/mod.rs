@@ -40,7 +40,7 @@ const METHODS: &[&str] = &[
 ];
 
 /// Serves Thrift on `listener` until `shutdown` flips to true; then stops accepting, lets each
-/// connection finish the request it is on (at most `config.shutdown_timeout`), and returns.
+/// connection finish the request it is on (at most `config.limits.shutdown_timeout`), and returns.
 pub async fn serve(
     listener: TcpListener,
     node: Arc<Node>,
@@ -51,8 +51,8 @@ pub async fn serve(
     let door = Arc::new(Thrift {
         node,
         limits: Limits {
-            max_frame_bytes: config.thrift_max_frame_bytes,
-            idle_timeout: config.idle_timeout,
+            max_frame_bytes: config.limits.thrift_max_frame_bytes,
+            idle_timeout: config.limits.idle_timeout,
         },
     });
     // Thrift stays plaintext (2010 clients).

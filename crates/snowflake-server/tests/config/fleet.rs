@@ -12,7 +12,9 @@ fn etcd_args(endpoints: &str) -> ServeArgs {
 fn endpoints_of(text: &str) -> Vec<String> {
     Config::resolve(&etcd_args(text), None)
         .unwrap_or_else(|e| panic!("{text:?}: {e}"))
-        .etcd
+        .identity
+        .etcd()
+        .cloned()
         .expect("etcd on")
         .endpoints
 }
@@ -20,38 +22,55 @@ fn endpoints_of(text: &str) -> Vec<String> {
 #[test]
 fn etcd_is_off_by_default_and_has_defaults_once_on() {
     let config = Config::resolve(&ServeArgs::new(), None).unwrap();
-    assert_eq!(config.etcd, None);
-    assert_eq!(config.advertise_addr, None);
-    assert!(!config.worker_id_given());
+    assert_eq!(config.identity.etcd(), None);
+    assert_eq!(config.identity.advertise_addr, None);
+    assert!(!config.identity.worker_id_given());
 
     let config = Config::resolve(&etcd_args("127.0.0.1:2379"), None).unwrap();
-    let etcd = config.etcd.clone().expect("etcd on");
+    let etcd = config.identity.etcd().cloned().expect("etcd on");
     assert_eq!(etcd.endpoints, ["http://127.0.0.1:2379"]);
     assert_eq!(etcd.prefix, "/snowflake");
     assert_eq!(etcd.lease_ttl_secs, 10);
     assert_eq!(etcd.claim_timeout, Duration::from_secs(12));
-    assert!(!config.worker_id_given());
-    assert_eq!(config.advertise_addr, None);
+    assert!(!config.identity.worker_id_given());
+    assert_eq!(config.identity.advertise_addr, None);
 
     // The claim timeout follows the TTL unless given.
     let mut args = etcd_args("127.0.0.1:2379");
     args.set("lease_ttl_secs", "30");
-    let etcd = Config::resolve(&args, None).unwrap().etcd.unwrap();
+    let etcd = Config::resolve(&args, None)
+        .unwrap()
+        .identity
+        .etcd()
+        .cloned()
+        .unwrap();
     assert_eq!(
         (etcd.lease_ttl_secs, etcd.claim_timeout),
         (30, Duration::from_secs(32))
     );
     args.set("claim_timeout_secs", "0");
-    let etcd = Config::resolve(&args, None).unwrap().etcd.unwrap();
+    let etcd = Config::resolve(&args, None)
+        .unwrap()
+        .identity
+        .etcd()
+        .cloned()
+        .unwrap();
     assert_eq!(etcd.claim_timeout, Duration::ZERO);
     args.set("claim_timeout_secs", "3600");
-    let etcd = Config::resolve(&args, None).unwrap().etcd.unwrap();
+    let etcd = Config::resolve(&args, None)
+        .unwrap()
+        .identity
+        .etcd()
+        .cloned()
+        .unwrap();
     assert_eq!(etcd.claim_timeout, Duration::from_secs(3600));
     args.set("lease_ttl_secs", "2");
     assert_eq!(
         Config::resolve(&args, None)
             .unwrap()
-            .etcd
+            .identity
+            .etcd()
+            .cloned()
             .unwrap()
             .lease_ttl_secs,
         2
@@ -60,7 +79,9 @@ fn etcd_is_off_by_default_and_has_defaults_once_on() {
     assert_eq!(
         Config::resolve(&args, None)
             .unwrap()
-            .etcd
+            .identity
+            .etcd()
+            .cloned()
             .unwrap()
             .lease_ttl_secs,
         300
@@ -223,7 +244,7 @@ fn etcd_prefixes_are_checked_and_lose_a_trailing_slash() {
     let prefix_of = |text: &str| {
         let mut args = etcd_args("127.0.0.1:2379");
         args.set("etcd_prefix", text);
-        Config::resolve(&args, None).map(|c| c.etcd.unwrap().prefix)
+        Config::resolve(&args, None).map(|c| c.identity.etcd().cloned().unwrap().prefix)
     };
     assert_eq!(prefix_of("/snowflake").unwrap(), "/snowflake");
     assert_eq!(prefix_of("/snowflake/").unwrap(), "/snowflake");
@@ -257,24 +278,37 @@ fn etcd_prefixes_are_checked_and_lose_a_trailing_slash() {
 #[test]
 fn worker_id_given_only_when_the_worker_id_is_given() {
     let mut args = etcd_args("127.0.0.1:2379");
-    assert!(!Config::resolve(&args, None).unwrap().worker_id_given());
+    assert!(
+        !Config::resolve(&args, None)
+            .unwrap()
+            .identity
+            .worker_id_given()
+    );
     args.set("datacenter_id", "3");
-    assert!(!Config::resolve(&args, None).unwrap().worker_id_given());
+    assert!(
+        !Config::resolve(&args, None)
+            .unwrap()
+            .identity
+            .worker_id_given()
+    );
     args.set("worker_id", "0");
     let config = Config::resolve(&args, None).unwrap();
     assert!(
-        config.worker_id_given(),
+        config.identity.worker_id_given(),
         "even the default value, when given"
     );
-    assert_eq!((config.datacenter_id, config.worker_id), (3, 0));
+    assert_eq!(
+        (config.identity.datacenter_id, config.identity.worker_id),
+        (3, 0)
+    );
 
     let toml = file("worker_id = 5\n");
     let from_file = Config::resolve(&ServeArgs::new().with("config", toml.path()), None).unwrap();
-    assert!(from_file.worker_id_given());
-    assert_eq!(from_file.worker_id, 5);
+    assert!(from_file.identity.worker_id_given());
+    assert_eq!(from_file.identity.worker_id, 5);
     let toml = file("datacenter_id = 5\n");
     let without = Config::resolve(&ServeArgs::new().with("config", toml.path()), None).unwrap();
-    assert!(!without.worker_id_given());
+    assert!(!without.identity.worker_id_given());
 }
 
 #[test]
@@ -286,7 +320,7 @@ fn etcd_settings_from_the_config_file() {
     );
     let mut args = ServeArgs::new().with("config", toml.path());
     let config = Config::resolve(&args, None).unwrap();
-    let etcd = config.etcd.clone().unwrap();
+    let etcd = config.identity.etcd().cloned().unwrap();
     assert_eq!(
         etcd.endpoints,
         ["http://10.0.0.1:2379", "http://10.0.0.2:2379"]
@@ -295,16 +329,21 @@ fn etcd_settings_from_the_config_file() {
     assert_eq!(etcd.lease_ttl_secs, 20);
     assert_eq!(etcd.claim_timeout, Duration::from_secs(5));
     assert_eq!(
-        config.advertise_addr.as_deref(),
+        config.identity.advertise_addr.as_deref(),
         Some("ids-3.internal:7609")
     );
-    assert!(config.worker_id_given());
-    assert_eq!(config.worker_id, 3);
+    assert!(config.identity.worker_id_given());
+    assert_eq!(config.identity.worker_id, 3);
 
     // Flags override the file.
     args.set("etcd_endpoints", "10.0.0.9:2379");
     args.set("lease_ttl_secs", "60");
-    let etcd = Config::resolve(&args, None).unwrap().etcd.unwrap();
+    let etcd = Config::resolve(&args, None)
+        .unwrap()
+        .identity
+        .etcd()
+        .cloned()
+        .unwrap();
     assert_eq!(etcd.endpoints, ["http://10.0.0.9:2379"]);
     assert_eq!(
         (etcd.lease_ttl_secs, etcd.prefix.as_str()),
@@ -349,7 +388,7 @@ fn etcd_settings_from_the_config_file() {
 fn advertise_addr_is_host_and_port() {
     let advertised = |text: &str| {
         Config::resolve(&ServeArgs::new().with("advertise_addr", text), None)
-            .map(|c| c.advertise_addr)
+            .map(|c| c.identity.advertise_addr)
     };
     for good in [
         "10.0.0.7:7609",
@@ -392,11 +431,11 @@ fn zk_args(servers: &str) -> ServeArgs {
 #[test]
 fn zookeeper_is_off_by_default_and_has_the_2010_defaults_once_on() {
     let config = Config::resolve(&ServeArgs::new(), None).unwrap();
-    assert!(config.zookeeper.is_none());
-    assert_eq!(config.identity_source(), "static");
+    assert!(config.identity.zookeeper().is_none());
+    assert_eq!(config.identity.identity_source(), "static");
     let config =
         Config::resolve(&zk_args("127.0.0.1:2181, zk2:2181,127.0.0.1:2181"), None).unwrap();
-    let zk = config.zookeeper.unwrap();
+    let zk = config.identity.zookeeper().unwrap();
     assert_eq!(zk.servers, ["127.0.0.1:2181", "zk2:2181"]);
     assert_eq!(zk.path, "/snowflake-servers");
     assert_eq!(zk.marks_path(), "/snowflake-servers-marks");
@@ -409,7 +448,12 @@ fn zookeeper_is_off_by_default_and_has_the_2010_defaults_once_on() {
         .with("zookeeper_session_timeout_ms", "4000")
         .with("max_peer_skew_ms", "0")
         .with("claim_timeout_secs", "3");
-    let zk = Config::resolve(&args, None).unwrap().zookeeper.unwrap();
+    let zk = Config::resolve(&args, None)
+        .unwrap()
+        .identity
+        .zookeeper()
+        .cloned()
+        .unwrap();
     assert_eq!(zk.path, "/ids/dc2");
     assert_eq!(zk.session_timeout, Duration::from_millis(4000));
     assert_eq!(zk.max_peer_skew_ms, 0);

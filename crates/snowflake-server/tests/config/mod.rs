@@ -28,14 +28,26 @@ fn assert_refused(cases: &[(ServeArgs, &str)]) {
 #[test]
 fn defaults_need_no_flags() {
     let config = Config::resolve(&ServeArgs::new(), None).unwrap();
-    assert_eq!(config.http_addr.unwrap().to_string(), "127.0.0.1:8080");
-    assert_eq!(config.grpc_addr.unwrap().to_string(), "127.0.0.1:50051");
-    assert_eq!(config.thrift_addr.unwrap().to_string(), "127.0.0.1:7609");
-    assert_eq!(config.thrift_max_frame_bytes, 65_536);
-    assert_eq!(config.grpc_max_concurrent_streams, 100);
-    assert_eq!((config.datacenter_id, config.worker_id), (0, 0));
-    assert_eq!(config.max_batch, 100_000);
-    assert_eq!(config.max_backwards_wait_ms, 0);
+    assert_eq!(
+        config.listeners.http_addr.unwrap().to_string(),
+        "127.0.0.1:8080"
+    );
+    assert_eq!(
+        config.listeners.grpc_addr.unwrap().to_string(),
+        "127.0.0.1:50051"
+    );
+    assert_eq!(
+        config.listeners.thrift_addr.unwrap().to_string(),
+        "127.0.0.1:7609"
+    );
+    assert_eq!(config.limits.thrift_max_frame_bytes, 65_536);
+    assert_eq!(config.limits.grpc_max_concurrent_streams, 100);
+    assert_eq!(
+        (config.identity.datacenter_id, config.identity.worker_id),
+        (0, 0)
+    );
+    assert_eq!(config.limits.max_batch, 100_000);
+    assert_eq!(config.clock.max_backwards_wait_ms, 0);
     assert_eq!(config.layout, snowflake_core::Layout::TWITTER);
     assert!(
         config.state_dir.ends_with("snowflake") || config.state_dir.ends_with("snowflake-state")
@@ -50,18 +62,27 @@ fn flags_override_the_file_which_overrides_defaults() {
     );
     let mut args = ServeArgs::new().with("config", toml.path());
     let from_file = Config::resolve(&args, None).unwrap();
-    assert_eq!(from_file.http_addr.unwrap().to_string(), "127.0.0.1:9000");
+    assert_eq!(
+        from_file.listeners.http_addr.unwrap().to_string(),
+        "127.0.0.1:9000"
+    );
     assert_eq!(
         (
-            from_file.datacenter_id,
-            from_file.worker_id,
-            from_file.max_batch
+            from_file.identity.datacenter_id,
+            from_file.identity.worker_id,
+            from_file.limits.max_batch
         ),
         (3, 5, 500)
     );
-    assert_eq!(from_file.request_timeout, Duration::from_millis(1500));
+    assert_eq!(
+        from_file.limits.request_timeout,
+        Duration::from_millis(1500)
+    );
     assert_eq!(from_file.state_dir.to_str(), Some("/tmp/x"));
-    assert_eq!(from_file.log_format, snowflake_server::LogFormat::Json);
+    assert_eq!(
+        from_file.logging.log_format,
+        snowflake_server::LogFormat::Json
+    );
     assert_eq!(from_file.layout.epoch_ms(), 1_600_000_000_000);
 
     args.set("worker_id", "7");
@@ -78,20 +99,23 @@ fn flags_override_the_file_which_overrides_defaults() {
     let overridden = Config::resolve(&args, Some("1288834974657")).unwrap();
     assert_eq!(
         (
-            overridden.datacenter_id,
-            overridden.worker_id,
-            overridden.max_batch
+            overridden.identity.datacenter_id,
+            overridden.identity.worker_id,
+            overridden.limits.max_batch
         ),
         (3, 7, 4096)
     );
-    assert_eq!(overridden.http_addr.unwrap().to_string(), "[::1]:0");
-    assert_eq!(overridden.grpc_addr, None);
     assert_eq!(
-        overridden.thrift_addr.unwrap().to_string(),
+        overridden.listeners.http_addr.unwrap().to_string(),
+        "[::1]:0"
+    );
+    assert_eq!(overridden.listeners.grpc_addr, None);
+    assert_eq!(
+        overridden.listeners.thrift_addr.unwrap().to_string(),
         "127.0.0.1:7000"
     );
-    assert_eq!(overridden.thrift_max_frame_bytes, 1024);
-    assert_eq!(overridden.grpc_max_concurrent_streams, 1024);
+    assert_eq!(overridden.limits.thrift_max_frame_bytes, 1024);
+    assert_eq!(overridden.limits.grpc_max_concurrent_streams, 1024);
     assert_eq!(overridden.layout, snowflake_core::Layout::TWITTER);
 }
 
@@ -207,9 +231,9 @@ fn bad_files_are_explained() {
 #[test]
 fn worker_threads_default_to_the_cpus_and_are_checked() {
     let config = Config::resolve(&ServeArgs::new(), None).unwrap();
-    assert!(config.worker_threads >= 1);
+    assert!(config.limits.worker_threads >= 1);
     let one = Config::resolve(&ServeArgs::new().with("worker_threads", "1"), None).unwrap();
-    assert_eq!(one.worker_threads, 1);
+    assert_eq!(one.limits.worker_threads, 1);
     let got = err(&ServeArgs::new().with("worker_threads", "0"));
     assert!(
         got.contains(
@@ -231,13 +255,13 @@ fn worker_ids_from_the_host_name() {
     };
     let config = ordinal("snowflake-7").unwrap();
     assert_eq!(
-        (config.worker_id, config.identity_source()),
+        (config.identity.worker_id, config.identity.identity_source()),
         (7, "hostname-ordinal")
     );
-    assert!(config.worker_id_given());
-    assert_eq!(config.hostname, "snowflake-7");
-    assert_eq!(ordinal("ids-b-31").unwrap().worker_id, 31);
-    assert_eq!(ordinal("snowflake-0").unwrap().worker_id, 0);
+    assert!(config.identity.worker_id_given());
+    assert_eq!(config.identity.hostname, "snowflake-7");
+    assert_eq!(ordinal("ids-b-31").unwrap().identity.worker_id, 31);
+    assert_eq!(ordinal("snowflake-0").unwrap().identity.worker_id, 0);
     // Issue 28: only the canonical ordinal; `snowflake-07` and `snowflake-7` would both take
     // worker 7 (this was accepted as 7 before).
     for host in ["snowflake-07", "ids-b-031", "snowflake-00"] {
@@ -282,7 +306,7 @@ fn worker_ids_from_the_config_files_host_map() {
     };
     let config = Config::resolve(&with_host("host-b"), None).unwrap();
     assert_eq!(
-        (config.worker_id, config.identity_source()),
+        (config.identity.worker_id, config.identity.identity_source()),
         (4, "hostname-map")
     );
     let message = err(&with_host("host-c"));
@@ -347,8 +371,8 @@ fn signs_and_floats_are_not_whole_numbers() {
 #[test]
 fn the_clock_step_settings_have_defaults_and_ranges() {
     let config = Config::resolve(&ServeArgs::new(), None).unwrap();
-    assert_eq!(config.max_clock_step_ms, 1000);
-    assert_eq!(config.clock_step_trust, Duration::from_secs(10));
+    assert_eq!(config.clock.max_clock_step_ms, 1000);
+    assert_eq!(config.clock.clock_step_trust, Duration::from_secs(10));
     let config = Config::resolve(
         &ServeArgs::new()
             .with("max_clock_step_ms", "250")
@@ -356,8 +380,8 @@ fn the_clock_step_settings_have_defaults_and_ranges() {
         None,
     )
     .unwrap();
-    assert_eq!(config.max_clock_step_ms, 250);
-    assert_eq!(config.clock_step_trust, Duration::from_secs(30));
+    assert_eq!(config.clock.max_clock_step_ms, 250);
+    assert_eq!(config.clock.clock_step_trust, Duration::from_secs(30));
     assert_refused(&[
         (
             ServeArgs::new().with("max_clock_step_ms", "0"),
@@ -374,8 +398,8 @@ fn the_clock_step_settings_have_defaults_and_ranges() {
     ]);
     let from_file = file("max_clock_step_ms = 5000\nclock_step_trust_secs = 2\n");
     let config = Config::resolve(&ServeArgs::new().with("config", from_file.path()), None).unwrap();
-    assert_eq!(config.max_clock_step_ms, 5000);
-    assert_eq!(config.clock_step_trust, Duration::from_secs(2));
+    assert_eq!(config.clock.max_clock_step_ms, 5000);
+    assert_eq!(config.clock.clock_step_trust, Duration::from_secs(2));
 }
 
 #[test]
@@ -386,8 +410,11 @@ fn resp_limits_are_settings_with_ranges() {
         .with("resp_max_args", "16")
         .with("resp_max_inline_bytes", "1024");
     let config = Config::resolve(&args, None).unwrap();
-    assert_eq!(config.resp_addr, Some("127.0.0.1:6380".parse().unwrap()));
-    let limits = config.resp_limits;
+    assert_eq!(
+        config.listeners.resp_addr,
+        Some("127.0.0.1:6380".parse().unwrap())
+    );
+    let limits = config.limits.resp;
     assert_eq!(
         (
             limits.max_bulk_bytes,
@@ -415,16 +442,19 @@ fn the_layout_from_the_flag_or_the_file_sets_the_ranges_and_the_default_batch() 
     };
     let defaults = resolve(&ServeArgs::new(), None, None).unwrap();
     assert_eq!(defaults.layout, Layout::TWITTER);
-    assert_eq!(defaults.max_batch, 100_000);
+    assert_eq!(defaults.limits.max_batch, 100_000);
 
     // --layout (or SNOWFLAKE_LAYOUT): js-safe's ranges, and a default batch of 250 ms of its
     // rate (64,000 IDs/s).
     let js = resolve(&ServeArgs::new(), None, Some("js-safe")).unwrap();
     assert_eq!(js.layout, Layout::JS_SAFE);
-    assert_eq!(js.max_batch, 16_000);
+    assert_eq!(js.limits.max_batch, 16_000);
     let given = ServeArgs::new().with("max_batch", "50000");
     assert_eq!(
-        resolve(&given, None, Some("js-safe")).unwrap().max_batch,
+        resolve(&given, None, Some("js-safe"))
+            .unwrap()
+            .limits
+            .max_batch,
         50_000,
         "a given one stands"
     );
