@@ -67,11 +67,11 @@ fn served(door: &str, stream: &mut TcpStream) -> Result<(), String> {
             9,
             |got| got[3] == 4,
         ),
-        // `get_worker_id()`, framed: a strict reply header comes back after the length.
+        // `get_worker_id()`, framed (proto's codec): a strict reply header comes back after
+        // the length.
         "thrift" => {
-            let mut call = vec![0, 0, 0, 26, 0x80, 1, 0, 1, 0, 0, 0, 13];
-            call.extend_from_slice(b"get_worker_id");
-            call.extend_from_slice(&[0, 0, 0, 1, 0]);
+            let mut call = Vec::new();
+            snowflake_proto::thrift::peer::encode_call(&mut call, "get_worker_id", 1, None);
             (call, 8, |got| got[4..] == [0x80, 1, 0, 2])
         }
         _ => (b"PING\r\n".to_vec(), 7, |got| got == b"+PONG\r\n"),

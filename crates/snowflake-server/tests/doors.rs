@@ -311,11 +311,11 @@ impl Client {
                     .await
                     .map_err(|e| format!("write: {e}"))?;
                 let reply = read_frame(stream).await?;
-                // A strict reply header (0x8001, type 2) with our sequence id.
-                if reply.get(..4) == Some(&[0x80, 0x01, 0, 2]) && reply.len() > 12 {
-                    Ok(())
-                } else {
-                    Err(format!("not a reply: {reply:?}"))
+                // A reply to our call, with its sequence id, holding the worker id.
+                match snowflake_proto::thrift::peer::decode_reply(&reply, "get_worker_id", *seq) {
+                    Ok(snowflake_proto::thrift::peer::Answer::I64(_)) => Ok(()),
+                    Ok(answer) => Err(format!("answered {answer:?}")),
+                    Err(err) => Err(format!("not a reply ({err}): {reply:?}")),
                 }
             }
             Client::Resp(stream) => {
@@ -472,15 +472,10 @@ pub fn grpc_call(
     Ok((response, send))
 }
 
-/// A framed, strict Thrift call of `name` with no arguments.
+/// A framed, strict Thrift call of `name` with no arguments (proto's codec).
 pub fn thrift_call(name: &str, seq: i32) -> Vec<u8> {
-    let mut payload = 0x8001_0001_u32.to_be_bytes().to_vec();
-    payload.extend_from_slice(&u32::try_from(name.len()).unwrap().to_be_bytes());
-    payload.extend_from_slice(name.as_bytes());
-    payload.extend_from_slice(&seq.to_be_bytes());
-    payload.push(0); // the empty argument struct
-    let mut frame = u32::try_from(payload.len()).unwrap().to_be_bytes().to_vec();
-    frame.extend_from_slice(&payload);
+    let mut frame = Vec::new();
+    snowflake_proto::thrift::peer::encode_call(&mut frame, name, seq, None);
     frame
 }
 

@@ -5,6 +5,7 @@
 use crate::support::{T, TestServer, config, get};
 use hyper::StatusCode;
 use snowflake_core::ManualClock;
+use snowflake_proto::thrift::peer;
 use snowflake_server::grpc::pb::snowflake_client::SnowflakeClient;
 use snowflake_server::grpc::pb::{NextIdRequest, NextIdsRequest, StreamIdsRequest};
 use std::collections::HashSet;
@@ -19,19 +20,10 @@ const ROUNDS: usize = 40;
 const BATCH: u32 = 50;
 const STREAM_COUNT: u64 = 300;
 
-/// One framed, strict binary `get_id(useragent)` call.
+/// One framed, strict binary `get_id(useragent)` call (proto's codec).
 fn thrift_get_id(seq: i32, agent: &str) -> Vec<u8> {
-    let mut payload = Vec::new();
-    payload.extend_from_slice(&0x8001_0001_u32.to_be_bytes());
-    payload.extend_from_slice(&6_i32.to_be_bytes());
-    payload.extend_from_slice(b"get_id");
-    payload.extend_from_slice(&seq.to_be_bytes());
-    payload.extend_from_slice(&[11, 0, 1]);
-    payload.extend_from_slice(&i32::try_from(agent.len()).unwrap().to_be_bytes());
-    payload.extend_from_slice(agent.as_bytes());
-    payload.push(0);
-    let mut out = u32::try_from(payload.len()).unwrap().to_be_bytes().to_vec();
-    out.extend_from_slice(&payload);
+    let mut out = Vec::new();
+    peer::encode_call(&mut out, "get_id", seq, Some(agent));
     out
 }
 
@@ -43,17 +35,10 @@ async fn thrift_read_id(stream: &mut TcpStream, seq: i32) -> i64 {
         .expect("a frame");
     let mut body = vec![0u8; len as usize];
     stream.read_exact(&mut body).await.unwrap();
-    let name = b"get_id";
-    // Header: version|REPLY, name, seq id; then struct { 0: i64 success }, stop.
-    let mut expected = 0x8001_0002_u32.to_be_bytes().to_vec();
-    expected.extend_from_slice(&6_i32.to_be_bytes());
-    expected.extend_from_slice(name);
-    expected.extend_from_slice(&seq.to_be_bytes());
-    expected.extend_from_slice(&[10, 0, 0]);
-    assert_eq!(body.len(), expected.len() + 8 + 1, "reply {body:?}");
-    assert_eq!(body[..expected.len()], expected[..], "reply {body:?}");
-    assert_eq!(body[body.len() - 1], 0, "reply {body:?}");
-    i64::from_be_bytes(body[expected.len()..expected.len() + 8].try_into().unwrap())
+    match peer::decode_reply(&body, "get_id", seq) {
+        Ok(peer::Answer::I64(id)) => id,
+        other => panic!("reply {other:?}: {body:?}"),
+    }
 }
 
 fn ids_of(body: &str) -> Vec<i64> {
