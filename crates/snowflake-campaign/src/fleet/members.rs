@@ -1,5 +1,13 @@
 //! The coordination service's members: the endpoints the nodes and the campaign use, and the
 //! command lines of etcd members and ZooKeeper servers (in secure mode with TLS).
+//!
+//! Not `snowflake_testkit`'s `EtcdCluster` and `ZooKeeper`, on purpose: those start members
+//! on loopback at random ports (ZooKeeper standalone, where the campaign runs an ensemble of
+//! three), own the child processes and check health from the host, which is what a test wants. Here each member is a host of the lab (its own network namespace,
+//! started by `ip netns exec`, at a fixed address the faults partition and the nodes' flags
+//! name), with the secure mode's TLS arguments, and its process belongs to the lab, which
+//! pauses, kills and restarts it as the faults say. What both share, the test certificates
+//! and the `snowflake` binary's lookup, comes from the testkit.
 
 use super::Mode;
 use crate::secure::{Secure, ZK_SECURE_PORT};
