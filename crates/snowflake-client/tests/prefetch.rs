@@ -10,8 +10,8 @@
 use snowflake_client::{ClientBuilder, Event, Prefetch};
 use snowflake_testkit::serve::{Serve, ServeProcess};
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -44,7 +44,10 @@ async fn delaying_proxy(upstream: SocketAddr, delay: Duration) -> SocketAddr {
             tokio::spawn(async move {
                 let mut buf = vec![0u8; 64 * 1024];
                 while let Ok(n @ 1..) = server_rd.read(&mut buf).await {
-                    if tx.send((Instant::now() + delay, buf[..n].to_vec())).is_err() {
+                    if tx
+                        .send((Instant::now() + delay, buf[..n].to_vec()))
+                        .is_err()
+                    {
                         break;
                     }
                 }
@@ -86,12 +89,18 @@ async fn prefetch_never_waits_at_a_million_ids_a_second_behind_a_20_ms_link() {
     let proxy = delaying_proxy(node.logged_addr("grpc listening"), DELAY).await;
     let largest_fetch = Arc::new(AtomicU64::new(0));
     let seen = Arc::clone(&largest_fetch);
+    let failures = Arc::new(Mutex::new(Vec::new()));
+    let failed = Arc::clone(&failures);
     let client = ClientBuilder::new([proxy.to_string()])
         .prefetch(Prefetch::new().max_age(Duration::from_secs(1)))
-        .on_event(move |event| {
-            if let Event::Fetched { ids, .. } = event {
+        .on_event(move |event| match event {
+            Event::Fetched { ids, .. } => {
                 seen.fetch_max(*ids, Ordering::Relaxed);
             }
+            Event::Failover { error, .. } => {
+                failed.lock().unwrap().push(error.to_string());
+            }
+            _ => {}
         })
         .build()
         .unwrap();
@@ -138,9 +147,11 @@ async fn prefetch_never_waits_at_a_million_ids_a_second_behind_a_20_ms_link() {
     let waited = stats.buffer_misses - before.buffer_misses;
     let achieved = CALLS as f64 / took.as_secs_f64();
     let largest = largest_fetch.load(Ordering::Relaxed);
+    let failures = failures.lock().unwrap().clone();
     eprintln!(
         "{CALLS} calls in {took:?} ({achieved:.0} IDs/s, {stalls} stalls of the pacing): \
-         {waited} waited for a refill; largest fetch {largest} IDs; {stats:?}"
+         {waited} waited for a refill; largest fetch {largest} IDs; {stats:?}; failed calls: \
+         {failures:?}"
     );
     client.close();
     assert_eq!(waited, 0, "calls that waited for a refill: {stats:?}");
@@ -153,6 +164,6 @@ async fn prefetch_never_waits_at_a_million_ids_a_second_behind_a_20_ms_link() {
         "a refill asked for {largest} IDs in one call: above {BULK_MIN_IDS}, it queues for the \
          node's bulk budget (and may be refused with RESOURCE_EXHAUSTED)"
     );
-    assert_eq!(stats.failovers, 0, "no call failed: {stats:?}");
+    assert_eq!(stats.failovers, 0, "no call failed: {failures:?}");
     assert_eq!(metric(&node, "snowflake_bulk_refused_total"), 0.0);
 }
