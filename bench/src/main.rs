@@ -41,7 +41,7 @@ enum Cmd {
     Service(ServiceArgs),
     /// The client library alone (prefetch paced at 1,000,000 IDs/s, round trips) against a
     /// fresh server; replaces the client measurements in OUT/service.json.
-    Client(ServiceArgs),
+    Client(ClientArgs),
     /// Memory over minutes of full load on our server (HTTP, gRPC and Thrift); writes
     /// OUT/soak.json. Not part of `all`: it takes 10 minutes.
     Soak(SoakArgs),
@@ -98,6 +98,22 @@ struct ServiceArgs {
     /// Rounds (the median is reported).
     #[arg(long, default_value_t = 3)]
     rounds: usize,
+    /// Directory for the JSON results [default: target/compare].
+    #[arg(long)]
+    out: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+struct ClientArgs {
+    /// Seconds per measurement of the round trips and of the unpaced run.
+    #[arg(long, default_value_t = 4.0)]
+    secs: f64,
+    /// Rounds (the median is reported).
+    #[arg(long, default_value_t = client::ROUNDS)]
+    rounds: usize,
+    /// `next_id()` calls per round of the paced run (at 1,000,000 a second).
+    #[arg(long, default_value_t = client::PACED_CALLS)]
+    calls: u64,
     /// Directory for the JSON results [default: target/compare].
     #[arg(long)]
     out: Option<PathBuf>,
@@ -223,7 +239,7 @@ fn main() -> Result<()> {
         Cmd::Service(a) => service(a),
         Cmd::Client(a) => {
             let dir = out_dir(a.out, false)?;
-            client::rerun(&root(), &dir, a.secs, a.rounds)
+            client::rerun(&root(), &dir, a.secs, a.rounds, a.calls)
         }
         Cmd::Soak(a) => soak(a),
         Cmd::Ab(a) => {
