@@ -19,6 +19,13 @@ pub trait Clock: Send + Sync + std::fmt::Debug {
     fn sleep_ms(&self, ms: u64) {
         std::thread::sleep(Duration::from_millis(ms));
     }
+
+    /// How long until [`Clock::now_ms`] reads the next millisecond, for a caller that sleeps to
+    /// it instead of polling; `None` when the clock cannot tell (a manual clock moves only when
+    /// told to). Only a hint for when to look again: nothing is issued on its word.
+    fn until_next_ms(&self) -> Option<Duration> {
+        None
+    }
 }
 
 /// The system's real-time clock, `clock_gettime(CLOCK_REALTIME)`.
@@ -52,6 +59,24 @@ impl Clock for SystemClock {
             // A clock before 1970 is before every epoch: the generator refuses it.
             Err(_) => 0,
         }
+    }
+
+    #[cfg(unix)]
+    fn until_next_ms(&self) -> Option<Duration> {
+        let now = rustix::time::clock_gettime(rustix::time::ClockId::Realtime);
+        // tv_nsec is always in 0..1_000_000_000.
+        let into_ms = (now.tv_nsec as u64) % 1_000_000;
+        Some(Duration::from_nanos(1_000_000 - into_ms))
+    }
+
+    #[cfg(not(unix))]
+    fn until_next_ms(&self) -> Option<Duration> {
+        let into_ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .ok()?
+            .subsec_nanos()
+            % 1_000_000;
+        Some(Duration::from_nanos(u64::from(1_000_000 - into_ms)))
     }
 }
 
@@ -108,6 +133,9 @@ impl<C: Clock + ?Sized> Clock for &C {
     fn sleep_ms(&self, ms: u64) {
         (**self).sleep_ms(ms);
     }
+    fn until_next_ms(&self) -> Option<Duration> {
+        (**self).until_next_ms()
+    }
 }
 
 impl<C: Clock + ?Sized> Clock for Arc<C> {
@@ -117,6 +145,9 @@ impl<C: Clock + ?Sized> Clock for Arc<C> {
     fn sleep_ms(&self, ms: u64) {
         (**self).sleep_ms(ms);
     }
+    fn until_next_ms(&self) -> Option<Duration> {
+        (**self).until_next_ms()
+    }
 }
 
 impl<C: Clock + ?Sized> Clock for Box<C> {
@@ -125,5 +156,28 @@ impl<C: Clock + ?Sized> Clock for Box<C> {
     }
     fn sleep_ms(&self, ms: u64) {
         (**self).sleep_ms(ms);
+    }
+    fn until_next_ms(&self) -> Option<Duration> {
+        (**self).until_next_ms()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_system_clock_tells_how_far_the_next_millisecond_is_and_a_manual_one_does_not() {
+        for _ in 0..1000 {
+            let left = SystemClock
+                .until_next_ms()
+                .expect("the system clock can tell");
+            assert!(
+                left > Duration::ZERO && left <= Duration::from_millis(1),
+                "{left:?}"
+            );
+        }
+        assert_eq!(ManualClock::new(5).until_next_ms(), None);
+        assert!(Arc::new(SystemClock).until_next_ms().is_some());
     }
 }

@@ -15,6 +15,7 @@ use tokio::sync::watch;
 mod fence;
 mod issue;
 mod keeper;
+mod pacer;
 pub(crate) mod readiness;
 pub(crate) mod refusal;
 
@@ -82,6 +83,10 @@ pub struct Node {
     metrics: Metrics,
     /// The node-wide budget for bulk replies, and its queue.
     bulk: crate::bulk::BulkGate,
+    /// Wakes the requests waiting for the next millisecond as it begins, under layouts of
+    /// fewer than 4,096 IDs a millisecond (see `pacer`); `None` under larger ones, whose
+    /// requests sleep on the runtime's timer.
+    pacer: Option<pacer::Pacer>,
 }
 
 impl Node {
@@ -236,7 +241,13 @@ impl Node {
         }
         let metrics = Metrics::new(Arc::clone(&shared));
         let bulk = crate::bulk::BulkGate::new(metrics.bulk.clone());
+        let pacer = if layout.max_ids_per_ms() < issue::SMALL_LAYOUT_IDS_PER_MS {
+            pacer::Pacer::start(Arc::clone(&clock))
+        } else {
+            None
+        };
         Ok(Arc::new(Node {
+            pacer,
             metrics,
             bulk,
             shared,

@@ -9,6 +9,7 @@ mod grpc;
 mod grpc_frames;
 mod grpc_limits;
 mod http_api;
+mod js_safe_bulk;
 mod layouts;
 mod listen;
 mod mixed;

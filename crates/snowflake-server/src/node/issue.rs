@@ -18,9 +18,10 @@ const MAX_RESERVATIONS_PER_REQUEST: u32 = 3;
 const BULK_LEAVES_ONE_IN: u64 = 4;
 
 /// Below this many IDs per millisecond (Twitter's 4,096), a layout's sequence, not the work of
-/// formatting them, bounds a batch (js-safe: 64): bulk requests wake at every timer tick and
-/// leave a quarter of a millisecond only while other requests are waiting for one.
-const SMALL_LAYOUT_IDS_PER_MS: u64 = 4096;
+/// formatting them, bounds a batch (js-safe: 64): bulk requests are woken as each millisecond
+/// begins (by the node's pacer) and leave a quarter of a millisecond only while other requests
+/// are waiting for one.
+pub(super) const SMALL_LAYOUT_IDS_PER_MS: u64 = 4096;
 
 /// Why [`Node::issue_now`] issued nothing.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -157,15 +158,24 @@ impl Node {
                     // Sleep for the next millisecond rather than spin for it: a runtime
                     // thread spinning on the clock takes a whole core from the other requests
                     // (and from their clients) on a small machine.
-                    // Under a small layout, wake at the timer's next tick rather than a whole
-                    // millisecond later: ticks are a millisecond apart, so every millisecond of
-                    // the clock gets one take instead of every other one.
+                    let seen_ms = self.clock.now_ms();
+                    // Under a small layout, the pacer wakes the request as the millisecond
+                    // begins, so that every millisecond's IDs are taken (see `pacer`).
+                    if let Some(pacer) = &self.pacer {
+                        let next = pacer.next_ms(self.clock.as_ref(), seen_ms);
+                        if tokio::time::timeout_at(deadline, next).await.is_err() {
+                            return Err(self.timed_out());
+                        }
+                        continue;
+                    }
+                    // Otherwise (Twitter's layout, or no thread for a pacer) on the runtime's
+                    // timer; under a small layout at its next tick rather than a whole
+                    // millisecond later, so that most milliseconds get a take.
                     let pause = if self.layout.max_ids_per_ms() < SMALL_LAYOUT_IDS_PER_MS {
                         Duration::from_micros(1)
                     } else {
                         Duration::from_millis(1)
                     };
-                    let seen_ms = self.clock.now_ms();
                     while self.clock.now_ms() == seen_ms {
                         if Instant::now() >= deadline {
                             return Err(self.timed_out());

@@ -1,0 +1,94 @@
+//! Bulk requests under a small layout (js-safe: 64 IDs a millisecond, so 16,000 IDs take 250 of
+//! them), woken each millisecond by the node's pacer: a request whose client is gone, or whose
+//! time is up, stops taking IDs at once, so that none are issued for nobody and the node's
+//! milliseconds go to the requests still waiting.
+
+use crate::support::{T, TestServer, config};
+use snowflake_core::{Layout, ManualClock};
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// A js-safe node, ready, with this request timeout.
+async fn js_safe(request_timeout: Duration) -> (TestServer, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = config(dir.path());
+    config.layout = Layout::JS_SAFE;
+    config.limits.request_timeout = request_timeout;
+    let server = TestServer::start(config, ManualClock::new(T)).await;
+    server.wait_ready().await;
+    (server, dir)
+}
+
+/// The node's count of issued IDs once it holds still for 300 ms (waiting at most 10 s: a
+/// count that keeps growing fails).
+async fn settled(server: &TestServer) -> u64 {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut last = server.node.metrics().ids_issued_total();
+    loop {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let now = server.node.metrics().ids_issued_total();
+        if now == last {
+            return now;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "still issuing ids after 10 s: {last}, then {now}"
+        );
+        last = now;
+    }
+}
+
+/// An HTTP `/v1/ids?count=16000` whose connection closes stops taking IDs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http_bulk_request_whose_client_is_gone_stops_taking_ids() {
+    let (server, _dir) = js_safe(Duration::from_secs(30)).await;
+    server.tick();
+    let mut stream = TcpStream::connect(server.addr).await.unwrap();
+    stream
+        .write_all(b"GET /v1/ids?count=16000 HTTP/1.1\r\nhost: 127.0.0.1\r\n\r\n")
+        .await
+        .unwrap();
+    // Issuing has begun, then the client leaves.
+    let begun = Instant::now() + Duration::from_secs(10);
+    while server.node.metrics().ids_issued_total() == 0 {
+        assert!(Instant::now() < begun, "no id issued in 10 s");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    drop(stream);
+    let taken = settled(&server).await;
+    assert!(
+        (1..16_000).contains(&taken),
+        "a request whose client left took {taken} ids"
+    );
+    server.stop().await;
+}
+
+/// A bulk request that cannot finish within the request timeout (the clock stands still after
+/// its first millisecond) is answered 503 naming the timeout, and takes no more IDs after it,
+/// when the clock moves again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bulk_request_past_its_timeout_is_refused_and_takes_no_more() {
+    let (server, _dir) = js_safe(Duration::from_millis(300)).await;
+    let mut stream = TcpStream::connect(server.addr).await.unwrap();
+    stream
+        .write_all(b"GET /v1/ids?count=16000 HTTP/1.1\r\nhost: 127.0.0.1\r\n\r\n")
+        .await
+        .unwrap();
+    let mut reply = vec![0u8; 64 * 1024];
+    let n = tokio::time::timeout(Duration::from_secs(10), stream.read(&mut reply))
+        .await
+        .expect("answered within the request timeout, not hung")
+        .unwrap();
+    let reply = String::from_utf8_lossy(&reply[..n]);
+    assert!(reply.starts_with("HTTP/1.1 503"), "{reply}");
+    assert!(reply.contains("request timed out after 300 ms"), "{reply}");
+    // The one millisecond the clock read was taken, and nothing after it.
+    let taken = server.node.metrics().ids_issued_total();
+    assert_eq!(taken, Layout::JS_SAFE.max_ids_per_ms());
+    server.clock.advance_ms(1);
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    server.clock.advance_ms(1);
+    assert_eq!(settled(&server).await, taken);
+    server.stop().await;
+}
