@@ -5,6 +5,8 @@
 
 use crate::support::{T, TestServer, config};
 use snowflake_core::{Layout, ManualClock};
+use snowflake_server::grpc::pb::NextIdsRequest;
+use snowflake_server::grpc::pb::snowflake_client::SnowflakeClient;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -37,6 +39,39 @@ async fn settled(server: &TestServer) -> u64 {
         );
         last = now;
     }
+}
+
+/// A gRPC `NextIds(16000)` whose client gives up (its stream reset) stops taking IDs, and the
+/// next request gets the node's milliseconds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grpc_bulk_request_whose_client_is_gone_stops_taking_ids() {
+    let (server, _dir) = js_safe(Duration::from_secs(30)).await;
+    server.tick();
+    let addr = server.grpc_addr.expect("grpc on");
+    let mut grpc = SnowflakeClient::connect(format!("http://{addr}"))
+        .await
+        .unwrap();
+    // 250 ms of the clock's milliseconds at the least; the client leaves after 60 ms.
+    let gave_up = tokio::time::timeout(
+        Duration::from_millis(60),
+        grpc.next_ids(NextIdsRequest { count: 16_000 }),
+    )
+    .await;
+    assert!(gave_up.is_err(), "answered in 60 ms: {gave_up:?}");
+    let taken = settled(&server).await;
+    assert!(
+        (1..16_000).contains(&taken),
+        "a request whose client left took {taken} ids"
+    );
+    let ids = grpc
+        .next_ids(NextIdsRequest { count: 2_000 })
+        .await
+        .unwrap()
+        .into_inner()
+        .ids;
+    assert_eq!(ids.len(), 2_000);
+    assert_eq!(settled(&server).await, taken + 2_000);
+    server.stop().await;
 }
 
 /// An HTTP `/v1/ids?count=16000` whose connection closes stops taking IDs.
