@@ -16,18 +16,6 @@ pub const HTTP1: &str = "reference: zero-work HTTP/1.1 server in C (epoll, wrk)"
 /// The zero-work RESP server under the same `redis-benchmark` command as our RESP port.
 pub const RESP: &str = "zero-work RESP server in C (epoll)";
 
-/// The ceiling measured with the same client as `subject` (one of ours), if it has one; the
-/// issue's target share of it.
-pub fn of(subject: &str) -> Option<(&'static str, f64)> {
-    use crate::service::{GRPC_H2LOAD, NGHTTPD, RESP_OURS, WRK};
-    match subject {
-        WRK => Some((HTTP1, 0.85)),
-        GRPC_H2LOAD => Some((NGHTTPD, 0.85)),
-        RESP_OURS => Some((RESP, 0.95)),
-        _ => None,
-    }
-}
-
 /// The sources, carried by the harness so that a run builds what it was built with.
 const HTTP1_SOURCE: &str = include_str!("../c/zero_work_http.c");
 const RESP_SOURCE: &str = include_str!("../c/zero_work_resp.c");

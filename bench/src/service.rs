@@ -330,6 +330,17 @@ pub const RESP_REDIS: &str = "redis-server INCR";
 /// `SNOWFLAKE.NEXT 4096` over RESP, in IDs/s.
 pub const RESP_BATCH: &str = "snowflake RESP SNOWFLAKE.NEXT 4096, 4 connections";
 
+/// The ceiling measured with the same client as `subject` (one of ours), if it has one; the
+/// issue's target share of it.
+pub fn ceiling_of(subject: &str) -> Option<(&'static str, f64)> {
+    match subject {
+        WRK => Some((ceiling::HTTP1, 0.85)),
+        GRPC_H2LOAD => Some((NGHTTPD, 0.85)),
+        RESP_OURS => Some((ceiling::RESP, 0.95)),
+        _ => None,
+    }
+}
+
 /// redis-benchmark counts requests, not seconds: each run is sized from the last rate seen
 /// for the same measurement (or a guess), so that it lasts about the measurement's seconds.
 #[derive(Default)]

@@ -25,7 +25,7 @@ pub(super) fn service_section(out: &mut String, svc: &Run, lib: Option<&Run>, ch
         .filter_map(|s| svc.find("single-id", s, "c=50"))
         .map(|m| {
             // Ours as a share of the zero-work server measured with the same client.
-            let of_ceiling = crate::ceiling::of(&m.subject)
+            let of_ceiling = crate::service::ceiling_of(&m.subject)
                 .and_then(|(c, _)| svc.median("single-id", c, "c=50"))
                 .map_or_else(String::new, |c| format!("{:.0}%", 100.0 * m.median / c));
             vec![

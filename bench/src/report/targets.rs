@@ -56,7 +56,7 @@ pub(super) fn targets_section(out: &mut String, lib: Option<&Run>, svc: Option<&
                 ratio(v, redis),
                 verdict(v >= times * redis),
             ]);
-            if let Some((ceiling, share)) = crate::ceiling::of(&s)
+            if let Some((ceiling, share)) = crate::service::ceiling_of(&s)
                 && let Some(c) = svc.median("single-id", ceiling, "c=50")
             {
                 rows.push(ceiling_row(&s, v, ceiling, c, share));
@@ -114,7 +114,7 @@ pub(super) fn targets_section(out: &mut String, lib: Option<&Run>, svc: Option<&
         // Unpipelined INCR against its ceiling (issue 29: no server beats Redis with this
         // client here, BENCHMARKS.md's kept section shows why), pipelined against Redis.
         let ours = svc.median(RESP_GROUP, RESP_OURS, "c=50");
-        let ceiling = crate::ceiling::of(RESP_OURS);
+        let ceiling = crate::service::ceiling_of(RESP_OURS);
         if let (Some(ours), Some((subject, share))) = (ours, ceiling)
             && let Some(c) = svc.median(RESP_GROUP, subject, "c=50")
         {
