@@ -83,6 +83,14 @@ pub fn next_id() -> Result<i64, SqlError> {
 fn start(shared: &Shared, config: &Config) -> Result<(), SqlError> {
     let identity = Identity::of(config);
     shared.locked(|shared, locked| {
+        // Another backend may have started the generator (and raised the mark since) while this
+        // one waited for the lock: resuming after that mark again would put the generator's last
+        // issued time a whole reservation ahead of the clock, refusing every ID until the clock
+        // caught up (eight pgbench clients starting at once: "clock moved backwards … the
+        // durable mark may cover ids issued before this server started").
+        if shared.started.load(Ordering::Acquire) {
+            return Ok(());
+        }
         if let Some(e) = locked.load_error.get() {
             return Err(SqlError::not_now(format!("cannot use the durable mark: {e}")).hint(
                 "restore the file from a backup, or, if no id was ever issued with this pair, remove it",
