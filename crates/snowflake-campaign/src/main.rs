@@ -300,6 +300,10 @@ fn campaign(args: &Args) -> anyhow::Result<bool> {
     }
     let busy = Arc::new(Mutex::new(Busy::default()));
     let records: Arc<Mutex<Vec<Record>>> = Arc::new(Mutex::new(Vec::new()));
+    // Kinds whose injection failed (e.g. a claim deletion while etcd changed leaders) before any
+    // of their kind went in without an error: tried again before the random picks, so that a
+    // short run still injects every kind (the report fails a run that never did).
+    let retry: Arc<Mutex<Vec<Kind>>> = Arc::new(Mutex::new(Vec::new()));
     let deadline = started + Duration::from_secs(args.duration_secs);
     let mut threads = Vec::new();
     let mut next = 0usize;
@@ -320,8 +324,11 @@ fn campaign(args: &Args) -> anyhow::Result<bool> {
         if active >= args.concurrent {
             continue;
         }
+        let retrying = next >= order.len() && !retry.lock().expect("retry").is_empty();
         let kind = if next < order.len() {
             order[next]
+        } else if retrying {
+            retry.lock().expect("retry")[0]
         } else {
             kinds[usize::try_from(rng.below(kinds.len() as u64)).unwrap_or(0)]
         };
@@ -345,7 +352,11 @@ fn campaign(args: &Args) -> anyhow::Result<bool> {
             }
             free[usize::try_from(rng.below(free.len() as u64)).unwrap_or(0)]
         };
-        next += 1;
+        if retrying {
+            retry.lock().expect("retry").remove(0);
+        } else {
+            next += 1;
+        }
         let hold = Duration::from_millis(rng.between(800, 4000));
         let mut fault_rng = rng.fork();
         {
@@ -356,7 +367,12 @@ fn campaign(args: &Args) -> anyhow::Result<bool> {
                 busy.nodes.push(target);
             }
         }
-        let (fleet, busy, records) = (Arc::clone(&fleet), Arc::clone(&busy), Arc::clone(&records));
+        let (fleet, busy, records, retry) = (
+            Arc::clone(&fleet),
+            Arc::clone(&busy),
+            Arc::clone(&records),
+            Arc::clone(&retry),
+        );
         eprintln!(
             "campaign: {:>6.1} s  {} on {} for {} ms",
             started.elapsed().as_secs_f64(),
@@ -373,7 +389,17 @@ fn campaign(args: &Args) -> anyhow::Result<bool> {
             if let Some(err) = &record.error {
                 eprintln!("campaign: {} on {}: {err}", kind.name(), record.target_name);
             }
-            records.lock().expect("records").push(record);
+            let mut records = records.lock().expect("records");
+            if record.error.is_some()
+                && !records.iter().any(|r| r.kind == kind && r.error.is_none())
+            {
+                let mut retry = retry.lock().expect("retry");
+                if !retry.contains(&kind) {
+                    retry.push(kind);
+                }
+            }
+            records.push(record);
+            drop(records);
             let mut busy = busy.lock().expect("busy");
             busy.members.retain(|&t| !kind.on_etcd() || t != target);
             busy.nodes.retain(|&t| kind.on_etcd() || t != target);
