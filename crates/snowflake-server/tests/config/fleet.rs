@@ -2,11 +2,21 @@
 //! defaults once on, and the errors for missing or stray ones.
 
 use super::{assert_refused, err, file};
-use snowflake_server::{Config, ServeArgs};
+use snowflake_server::{Config, EtcdConfig, ServeArgs};
 use std::time::Duration;
 
 fn etcd_args(endpoints: &str) -> ServeArgs {
     ServeArgs::new().with("etcd_endpoints", endpoints)
+}
+
+/// The etcd settings `args` resolve to (etcd on).
+fn etcd_of(args: &ServeArgs) -> EtcdConfig {
+    Config::resolve(args, None)
+        .unwrap()
+        .identity
+        .etcd()
+        .cloned()
+        .unwrap()
 }
 
 fn endpoints_of(text: &str) -> Vec<String> {
@@ -38,54 +48,21 @@ fn etcd_is_off_by_default_and_has_defaults_once_on() {
     // The claim timeout follows the TTL unless given.
     let mut args = etcd_args("127.0.0.1:2379");
     args.set("lease_ttl_secs", "30");
-    let etcd = Config::resolve(&args, None)
-        .unwrap()
-        .identity
-        .etcd()
-        .cloned()
-        .unwrap();
+    let etcd = etcd_of(&args);
     assert_eq!(
         (etcd.lease_ttl_secs, etcd.claim_timeout),
         (30, Duration::from_secs(32))
     );
     args.set("claim_timeout_secs", "0");
-    let etcd = Config::resolve(&args, None)
-        .unwrap()
-        .identity
-        .etcd()
-        .cloned()
-        .unwrap();
+    let etcd = etcd_of(&args);
     assert_eq!(etcd.claim_timeout, Duration::ZERO);
     args.set("claim_timeout_secs", "3600");
-    let etcd = Config::resolve(&args, None)
-        .unwrap()
-        .identity
-        .etcd()
-        .cloned()
-        .unwrap();
+    let etcd = etcd_of(&args);
     assert_eq!(etcd.claim_timeout, Duration::from_secs(3600));
     args.set("lease_ttl_secs", "2");
-    assert_eq!(
-        Config::resolve(&args, None)
-            .unwrap()
-            .identity
-            .etcd()
-            .cloned()
-            .unwrap()
-            .lease_ttl_secs,
-        2
-    );
+    assert_eq!(etcd_of(&args).lease_ttl_secs, 2);
     args.set("lease_ttl_secs", "300");
-    assert_eq!(
-        Config::resolve(&args, None)
-            .unwrap()
-            .identity
-            .etcd()
-            .cloned()
-            .unwrap()
-            .lease_ttl_secs,
-        300
-    );
+    assert_eq!(etcd_of(&args).lease_ttl_secs, 300);
 }
 
 #[test]
@@ -338,12 +315,7 @@ fn etcd_settings_from_the_config_file() {
     // Flags override the file.
     args.set("etcd_endpoints", "10.0.0.9:2379");
     args.set("lease_ttl_secs", "60");
-    let etcd = Config::resolve(&args, None)
-        .unwrap()
-        .identity
-        .etcd()
-        .cloned()
-        .unwrap();
+    let etcd = etcd_of(&args);
     assert_eq!(etcd.endpoints, ["http://10.0.0.9:2379"]);
     assert_eq!(
         (etcd.lease_ttl_secs, etcd.prefix.as_str()),
