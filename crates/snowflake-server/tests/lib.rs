@@ -8,6 +8,7 @@ mod fleet_fake;
 mod grpc;
 mod grpc_frames;
 mod grpc_limits;
+mod http_answers;
 mod http_api;
 mod js_safe_bulk;
 mod layouts;
