@@ -3,6 +3,8 @@
 //! hyper's header-read timeout and a graceful close on shutdown. The admin listener is the same
 //! door with only the probe routes.
 
+mod fast;
+
 use crate::config::Config;
 use crate::json_ids::{Format, IdsBody};
 use crate::latency::Histogram;
@@ -18,7 +20,6 @@ use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use hyper_util::rt::{TokioIo, TokioTimer};
-use hyper_util::service::TowerToHyperService;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
@@ -349,28 +350,48 @@ async fn next_id(node: &Node, headers: &HeaderMap, query: Option<&str>) -> Respo
         },
     };
     match node.issue(Protocol::Http, 1).await {
-        Ok(batches) => {
-            let id = batches[0].first().as_u64();
-            let mut buf = itoa::Buffer::new();
-            let digits = buf.format(id);
-            if wants_text(headers) {
-                let mut response = Response::new(axum::body::Body::from(digits.to_owned()));
-                response.headers_mut().insert(
-                    header::CONTENT_TYPE,
-                    HeaderValue::from_static("text/plain; charset=utf-8"),
-                );
-                response
-            } else {
-                let mut body = Vec::with_capacity(32);
-                body.extend_from_slice(b"{\"id\":");
-                body.extend_from_slice(format.quote());
-                body.extend_from_slice(digits.as_bytes());
-                body.extend_from_slice(format.quote());
-                body.push(b'}');
-                json(StatusCode::OK, body)
-            }
-        }
+        Ok(batches) => id_answer(headers, format, batches[0].first().as_u64()),
         Err(err) => err.into_response(),
+    }
+}
+
+/// `/v1/id`'s answer with `id`, as the request's `Accept` headers and `format` ask.
+fn id_answer(headers: &HeaderMap, format: Format, id: u64) -> Response {
+    id_body(wants_text(headers), format, id)
+}
+
+/// `/v1/id`'s answer with `id`: its digits as text, or JSON in `format`.
+fn id_body(text: bool, format: Format, id: u64) -> Response {
+    let mut buf = itoa::Buffer::new();
+    let digits = buf.format(id);
+    if text {
+        let mut response = Response::new(axum::body::Body::from(digits.to_owned()));
+        response.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("text/plain; charset=utf-8"),
+        );
+        response
+    } else {
+        let mut body = Vec::with_capacity(32);
+        body.extend_from_slice(b"{\"id\":");
+        body.extend_from_slice(format.quote());
+        body.extend_from_slice(digits.as_bytes());
+        body.extend_from_slice(format.quote());
+        body.push(b'}');
+        json(StatusCode::OK, body)
+    }
+}
+
+/// The `content-length` axum's router sets on every answer whose body's length is known,
+/// before it drops the body of an answer to `HEAD`.
+fn set_content_length(response: &mut Response) {
+    use http_body::Body as _;
+    if response.headers().contains_key(header::CONTENT_LENGTH) {
+        return;
+    }
+    if let Some(length) = response.body().size_hint().exact() {
+        let value = HeaderValue::from(length);
+        response.headers_mut().insert(header::CONTENT_LENGTH, value);
     }
 }
 
@@ -563,7 +584,8 @@ pub async fn serve(
     tls: Option<Arc<Tls>>,
     shutdown: watch::Receiver<bool>,
 ) {
-    serve_as("http", listener, node, router, config, tls, shutdown).await;
+    let front = fast::Front::with_id(Arc::clone(&node), router);
+    serve_as("http", listener, node, front, config, tls, shutdown).await;
 }
 
 /// Serves the admin listener ([`admin_router`], never TLS) as [`serve`] does.
@@ -574,7 +596,8 @@ pub async fn serve_admin(
     shutdown: watch::Receiver<bool>,
 ) {
     let router = admin_router(Arc::clone(&node), config.listeners.admin_status_page);
-    serve_as("admin", listener, node, router, config, None, shutdown).await;
+    let front = fast::Front::router(router);
+    serve_as("admin", listener, node, front, config, None, shutdown).await;
 }
 
 /// [`serve`], named `name` in logs.
@@ -582,7 +605,7 @@ async fn serve_as(
     name: &'static str,
     listener: TcpListener,
     node: Arc<Node>,
-    router: Router,
+    front: fast::Front,
     config: &Config,
     tls: Option<Arc<Tls>>,
     shutdown: watch::Receiver<bool>,
@@ -602,7 +625,7 @@ async fn serve_as(
     let door = Arc::new(Http {
         name,
         builder,
-        router,
+        front,
     });
     let rejected = node.metrics().connections_rejected.clone();
     let limits = listen::Limits::of(config);
@@ -617,7 +640,8 @@ struct Http {
     /// HTTP/1.1 with keep-alive, and the header-read timeout (`--idle-timeout-ms`) that also
     /// bounds how long a kept-alive connection may wait for its next request.
     builder: hyper::server::conn::http1::Builder,
-    router: Router,
+    /// `/v1/id` in place (the HTTP listener), and the router.
+    front: fast::Front,
 }
 
 impl listen::Door for Http {
@@ -634,8 +658,9 @@ impl listen::Door for Http {
         peer: SocketAddr,
         mut stop: watch::Receiver<bool>,
     ) {
-        let service = TowerToHyperService::new(self.router.clone());
-        let connection = self.builder.serve_connection(TokioIo::new(io), service);
+        let connection = self
+            .builder
+            .serve_connection(TokioIo::new(io), self.front.clone());
         tokio::pin!(connection);
         let result = tokio::select! {
             result = connection.as_mut() => result,

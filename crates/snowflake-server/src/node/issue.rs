@@ -140,15 +140,29 @@ impl Node {
         count: u64,
         take: Take,
     ) -> Result<Vec<IdBatch>, IssueError> {
+        self.issue_within_ms_after(protocol, count, take, None)
+            .await
+    }
+
+    /// [`Node::issue_within_ms`], whose first attempt was made already when `first` is given
+    /// (it said what to do: wait, or reserve).
+    async fn issue_within_ms_after(
+        &self,
+        protocol: Protocol,
+        count: u64,
+        take: Take,
+        mut first: Option<NotNow>,
+    ) -> Result<Vec<IdBatch>, IssueError> {
         let mut waited_ms = 0;
         let mut reservations = 0;
         // Set on the first slow path, so the fast path never touches a timer.
         let mut deadline = None;
         loop {
-            let issued = match take {
-                Take::All => self.issue_now(protocol, count, waited_ms),
-                Take::Leaving(leave) => self.take_now(protocol, count, leave, waited_ms),
-                Take::Exact => self.take_exact_now(protocol, count, waited_ms),
+            let issued = match (first.take(), take) {
+                (Some(not_now), _) => Err(not_now),
+                (None, Take::All) => self.issue_now(protocol, count, waited_ms),
+                (None, Take::Leaving(leave)) => self.take_now(protocol, count, leave, waited_ms),
+                (None, Take::Exact) => self.take_exact_now(protocol, count, waited_ms),
             };
             match issued {
                 // (Only in bulk or exact: this millisecond has not enough to give.)
@@ -247,6 +261,34 @@ impl Node {
         }
         self.metrics.ids_issued(protocol, count);
         Ok(batches)
+    }
+
+    /// One ID, as [`Node::issue_now`] issues it (counted the same way), without a list.
+    pub fn issue_one_now(&self, protocol: Protocol) -> Result<u64, NotNow> {
+        match self.shared.generator.try_next_batch(1) {
+            Ok(batch) => {
+                self.metrics.ids_issued(protocol, 1);
+                Ok(batch.first().as_u64())
+            }
+            Err(err) => Err(self.not_now(err, 0)),
+        }
+    }
+
+    /// One ID after [`Node::issue_one_now`] said `not_now`: waits as [`Node::issue`] would have
+    /// (a clock regression within the bound, a reservation), within the request timeout, and
+    /// counts nothing twice.
+    pub async fn issue_one_after(
+        &self,
+        protocol: Protocol,
+        not_now: NotNow,
+    ) -> Result<u64, IssueError> {
+        let batches = self
+            .issue_within_ms_after(protocol, 1, Take::All, Some(not_now))
+            .await?;
+        batches
+            .first()
+            .map(|batch| batch.first().as_u64())
+            .ok_or_else(|| self.timed_out())
     }
 
     /// In bulk: up to `count` (at most one millisecond's worth) of what the current millisecond
