@@ -274,7 +274,12 @@ impl Timed {
     }
 
     /// Counts a request by route template and status, and observes how long it took.
-    fn done(&self, node: &Node, started: Instant, response: Response) -> Response {
+    fn done<B>(
+        &self,
+        node: &Node,
+        started: Instant,
+        response: http::Response<B>,
+    ) -> http::Response<B> {
         node.metrics()
             .request(Protocol::Http, self.route, response.status().as_u16());
         self.latency.observe(started.elapsed());
@@ -350,14 +355,9 @@ async fn next_id(node: &Node, headers: &HeaderMap, query: Option<&str>) -> Respo
         },
     };
     match node.issue(Protocol::Http, 1).await {
-        Ok(batches) => id_answer(headers, format, batches[0].first().as_u64()),
+        Ok(batches) => id_body(wants_text(headers), format, batches[0].first().as_u64()),
         Err(err) => err.into_response(),
     }
-}
-
-/// `/v1/id`'s answer with `id`, as the request's `Accept` headers and `format` ask.
-fn id_answer(headers: &HeaderMap, format: Format, id: u64) -> Response {
-    id_body(wants_text(headers), format, id)
 }
 
 /// `/v1/id`'s answer with `id`: its digits as text, or JSON in `format`.
@@ -399,8 +399,7 @@ fn id_bytes(text: bool, format: Format, id: u64) -> (HeaderValue, bytes::Bytes) 
 
 /// The `content-length` axum's router sets on every answer whose body's length is known,
 /// before it drops the body of an answer to `HEAD`.
-fn set_content_length(response: &mut Response) {
-    use http_body::Body as _;
+fn set_content_length<B: http_body::Body>(response: &mut http::Response<B>) {
     if response.headers().contains_key(header::CONTENT_LENGTH) {
         return;
     }

@@ -9,12 +9,14 @@
 //! it must wait (a clock regression within the bound, a reservation) does the answer become a
 //! boxed future, which waits as the router's handler would.
 
-use super::{Timed, id_answer};
+use super::{Timed, id_bytes};
 use crate::json_ids::Format;
 use crate::node::{Node, NotNow, Protocol};
 use axum::Router;
-use axum::http::{Method, Request};
-use axum::response::{IntoResponse, Response};
+use axum::http::{Method, Request, header};
+use axum::response::IntoResponse;
+use bytes::Bytes;
+use http_body_util::{Either, Full};
 use hyper::body::Incoming;
 use std::convert::Infallible;
 use std::future::Future;
@@ -24,6 +26,17 @@ use std::task::{Context, Poll};
 use std::time::Instant;
 use tower::ServiceExt;
 use tower::util::Oneshot;
+
+/// An answer's body: `/v1/id`'s, as it is (no box), or the router's.
+pub(super) type Body = Either<Full<Bytes>, axum::body::Body>;
+
+/// An answer.
+pub(super) type Response = http::Response<Body>;
+
+/// The router's answer, as an [`Answer`].
+fn routed(response: axum::response::Response) -> Response {
+    response.map(Either::Right)
+}
 
 /// The HTTP listener's service: `/v1/id` in place, the router for the rest.
 #[derive(Debug, Clone)]
@@ -89,21 +102,21 @@ impl Id {
                 Ok(format) => format,
                 Err(message) => {
                     let response = super::error(hyper::StatusCode::BAD_REQUEST, &message);
-                    return self.done(request, started, response);
+                    return self.done(request, started, routed(response));
                 }
             },
         };
         let response = match self.node.issue_one_now(Protocol::Http) {
-            Ok(id) => id_answer(request.headers(), format, id),
-            Err(NotNow::Refused(err)) => err.into_response(),
+            Ok(id) => id_answer(super::wants_text(request.headers()), format, id),
+            Err(NotNow::Refused(err)) => routed(err.into_response()),
             Err(not_now) => {
                 // Rare: the generator must wait. As the router's handler would, on a future.
                 let (id, head) = (self.clone(), request.method() == Method::HEAD);
                 let text = super::wants_text(request.headers());
                 return Answer::Waiting(Box::pin(async move {
                     let response = match id.node.issue_one_after(Protocol::Http, not_now).await {
-                        Ok(issued) => super::id_body(text, format, issued),
-                        Err(err) => err.into_response(),
+                        Ok(issued) => id_answer(text, format, issued),
+                        Err(err) => routed(err.into_response()),
                     };
                     id.finish(head, started, response)
                 }));
@@ -122,10 +135,20 @@ impl Id {
         let mut response = self.timed.done(&self.node, started, response);
         super::set_content_length(&mut response);
         if head {
-            *response.body_mut() = axum::body::Body::empty();
+            *response.body_mut() = Either::Left(Full::new(Bytes::new()));
         }
         response
     }
+}
+
+/// `/v1/id`'s answer with `id`, its body as it is.
+fn id_answer(text: bool, format: Format, id: u64) -> Response {
+    let (content_type, body) = id_bytes(text, format, id);
+    let mut response = Response::new(Either::Left(Full::new(body)));
+    response
+        .headers_mut()
+        .insert(header::CONTENT_TYPE, content_type);
+    response
 }
 
 /// The future of one answer.
@@ -147,7 +170,7 @@ impl Future for Answer {
                 .take()
                 .expect("an answer is polled once it is ready"))),
             Answer::Waiting(future) => future.as_mut().poll(cx).map(Ok),
-            Answer::Router(future) => Pin::new(future).poll(cx),
+            Answer::Router(future) => Pin::new(future).poll(cx).map(|done| done.map(routed)),
         }
     }
 }
