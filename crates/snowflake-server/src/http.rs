@@ -397,18 +397,6 @@ fn id_bytes(text: bool, format: Format, id: u64) -> (HeaderValue, bytes::Bytes) 
     (content_type, bytes::Bytes::copy_from_slice(&body[..at]))
 }
 
-/// The `content-length` axum's router sets on every answer whose body's length is known,
-/// before it drops the body of an answer to `HEAD`.
-fn set_content_length<B: http_body::Body>(response: &mut http::Response<B>) {
-    if response.headers().contains_key(header::CONTENT_LENGTH) {
-        return;
-    }
-    if let Some(length) = response.body().size_hint().exact() {
-        let value = HeaderValue::from(length);
-        response.headers_mut().insert(header::CONTENT_LENGTH, value);
-    }
-}
-
 async fn next_ids(node: &Node, query: Option<&str>) -> Response {
     let count_text = query
         .unwrap_or("")

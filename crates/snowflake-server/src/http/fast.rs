@@ -13,7 +13,7 @@ use super::{Timed, id_bytes};
 use crate::json_ids::Format;
 use crate::node::{Node, NotNow, Protocol};
 use axum::Router;
-use axum::http::{Method, Request, header};
+use axum::http::{HeaderValue, Method, Request, header};
 use axum::response::IntoResponse;
 use bytes::Bytes;
 use http_body_util::{Either, Full};
@@ -33,9 +33,31 @@ pub(super) type Body = Either<Full<Bytes>, axum::body::Body>;
 /// An answer.
 pub(super) type Response = http::Response<Body>;
 
-/// The router's answer, as an [`Answer`].
+/// An answer of the router's kind (an error), as the router gives it: with the
+/// `content-length` axum sets (last in the map) when the body's length is known.
 fn routed(response: axum::response::Response) -> Response {
-    response.map(Either::Right)
+    let mut response = response.map(Either::Right);
+    if !response.headers().contains_key(header::CONTENT_LENGTH)
+        && let Some(length) = http_body::Body::size_hint(response.body()).exact()
+    {
+        let value = HeaderValue::from(length);
+        response.headers_mut().insert(header::CONTENT_LENGTH, value);
+    }
+    response
+}
+
+/// `content-length` values of `/v1/id`'s bodies (at most 29 bytes), made without allocating.
+const LENGTHS: [&str; 33] = [
+    "0", "1", "2", "3", "4", "5", "6", "7", "8", "9", "10", "11", "12", "13", "14", "15", "16",
+    "17", "18", "19", "20", "21", "22", "23", "24", "25", "26", "27", "28", "29", "30", "31", "32",
+];
+
+/// The `content-length` of a body of `length` bytes.
+fn content_length(length: usize) -> HeaderValue {
+    match LENGTHS.get(length) {
+        Some(text) => HeaderValue::from_static(text),
+        None => HeaderValue::from(length),
+    }
 }
 
 /// The HTTP listener's service: `/v1/id` in place, the router for the rest.
@@ -85,7 +107,7 @@ impl hyper::service::Service<Request<Incoming>> for Front {
 
     fn call(&self, request: Request<Incoming>) -> Answer {
         match &self.id {
-            Some(id) if is_single_id(&request) => id.answer(&request),
+            Some(id) if is_single_id(&request) => id.answer(request),
             _ => Answer::Router(self.router.clone().oneshot(request)),
         }
     }
@@ -93,7 +115,7 @@ impl hyper::service::Service<Request<Incoming>> for Front {
 
 impl Id {
     /// The answer the router's `/v1/id` handler gives, counted and timed as it does.
-    fn answer(&self, request: &Request<Incoming>) -> Answer {
+    fn answer(&self, request: Request<Incoming>) -> Answer {
         let started = Instant::now();
         let query = request.uri().query();
         let format = match query {
@@ -102,52 +124,49 @@ impl Id {
                 Ok(format) => format,
                 Err(message) => {
                     let response = super::error(hyper::StatusCode::BAD_REQUEST, &message);
-                    return self.done(request, started, routed(response));
+                    return self.done(started, routed(response));
                 }
             },
         };
+        let text = super::wants_text(request.headers());
         let response = match self.node.issue_one_now(Protocol::Http) {
-            Ok(id) => id_answer(super::wants_text(request.headers()), format, id),
+            Ok(id) => id_answer(request, text, format, id),
             Err(NotNow::Refused(err)) => routed(err.into_response()),
             Err(not_now) => {
                 // Rare: the generator must wait. As the router's handler would, on a future.
-                let (id, head) = (self.clone(), request.method() == Method::HEAD);
-                let text = super::wants_text(request.headers());
+                let id = self.clone();
                 return Answer::Waiting(Box::pin(async move {
                     let response = match id.node.issue_one_after(Protocol::Http, not_now).await {
-                        Ok(issued) => id_answer(text, format, issued),
+                        Ok(issued) => id_answer(request, text, format, issued),
                         Err(err) => routed(err.into_response()),
                     };
-                    id.finish(head, started, response)
+                    id.timed.done(&id.node, started, response)
                 }));
             }
         };
-        self.done(request, started, response)
+        self.done(started, response)
     }
 
-    fn done(&self, request: &Request<Incoming>, started: Instant, response: Response) -> Answer {
-        let head = request.method() == Method::HEAD;
-        Answer::Ready(Some(self.finish(head, started, response)))
-    }
-
-    /// Counted and timed; for `HEAD`, the body's length kept and the body dropped, as axum does.
-    fn finish(&self, head: bool, started: Instant, response: Response) -> Response {
-        let mut response = self.timed.done(&self.node, started, response);
-        super::set_content_length(&mut response);
-        if head {
-            *response.body_mut() = Either::Left(Full::new(Bytes::new()));
-        }
-        response
+    /// `response`, counted and timed.
+    fn done(&self, started: Instant, response: Response) -> Answer {
+        Answer::Ready(Some(self.timed.done(&self.node, started, response)))
     }
 }
 
-/// `/v1/id`'s answer with `id`, its body as it is.
-fn id_answer(text: bool, format: Format, id: u64) -> Response {
+/// `/v1/id`'s answer to `request` with `id`, its body as it is, in the request's header map
+/// (emptied): hyper keeps an answer's map for the next request's headers, so that a connection
+/// asking for one ID after another allocates no map. The `content-length` goes last in the
+/// map, as axum's router puts it (hyper adds its own headers after the map's); for `HEAD`,
+/// hyper writes the head without the body: the same bytes as the router's answers.
+fn id_answer(request: Request<Incoming>, text: bool, format: Format, id: u64) -> Response {
     let (content_type, body) = id_bytes(text, format, id);
+    let (parts, _) = request.into_parts();
+    let mut headers = parts.headers;
+    headers.clear();
+    headers.insert(header::CONTENT_TYPE, content_type);
+    headers.insert(header::CONTENT_LENGTH, content_length(body.len()));
     let mut response = Response::new(Either::Left(Full::new(body)));
-    response
-        .headers_mut()
-        .insert(header::CONTENT_TYPE, content_type);
+    *response.headers_mut() = headers;
     response
 }
 
