@@ -340,6 +340,59 @@ async fn clock_stepped_back_is_unavailable_and_health_follows() {
     server.stop().await;
 }
 
+/// A clock a little behind (within `--max-backwards-wait-ms`) is waited out on `NextId` as on
+/// the other doors: the call is answered with a later ID once the clock has caught up, after a
+/// wait counted by the metric (the fast path tries the node without waiting first, then waits
+/// where that attempt left off).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_small_regression_is_waited_out_on_next_id() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = config(dir.path());
+    config.clock.max_backwards_wait_ms = 1000;
+    let server = TestServer::start(config, ManualClock::new(T)).await;
+    server.wait_ready().await;
+    let mut grpc = client(&server).await;
+    let before = grpc
+        .next_id(NextIdRequest {})
+        .await
+        .unwrap()
+        .into_inner()
+        .id;
+    server.clock.set_ms(T - 20);
+    let clock = server.clock.clone();
+    let catch_up = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(100));
+        clock.set_ms(T + 1);
+    });
+    let started = std::time::Instant::now();
+    let after = grpc
+        .next_id(NextIdRequest {})
+        .await
+        .unwrap()
+        .into_inner()
+        .id;
+    let waited = started.elapsed();
+    catch_up.join().unwrap();
+    assert!(after > before, "{after} <= {before}");
+    assert!(
+        waited >= Duration::from_millis(90),
+        "answered after {waited:?}"
+    );
+    let text = server.get("/metrics").await.body;
+    let waits: u64 = text
+        .lines()
+        .find_map(|line| line.strip_prefix("snowflake_clock_backwards_waits_total "))
+        .expect("the wait counter")
+        .parse()
+        .unwrap();
+    assert!(waits >= 1, "{text}");
+    assert!(
+        text.contains("snowflake_requests_total{protocol=\"grpc\",route=\"/snowflake.v1.Snowflake/NextId\",status=\"0\"} 2"),
+        "{text}"
+    );
+    server.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn health_of_an_unknown_service_is_not_found() {
     let (server, _dir) = server().await;

@@ -202,6 +202,43 @@ async fn a_client_that_grants_no_window_loses_its_slot() {
     server.stop().await;
 }
 
+/// A `NextId` whose message comes a while after its headers, and one whose stream ends in a
+/// frame of its own after the message, are answered with an ID once it has all arrived (the
+/// fast path answers on the spot only what came with the headers, and waits for the rest).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_that_comes_after_its_headers_is_answered() {
+    let (server, _dir) = start(|_| {}).await;
+    let (mut sender, _connection) = h2_client(&server, |_| {}).await;
+    for end_apart in [false, true] {
+        sender = sender.clone().ready().await.unwrap();
+        let (response, mut send) = grpc_call(&mut sender, "NextId", None).unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        send.send_data(Bytes::from_static(&[0, 0, 0, 0, 0]), !end_apart)
+            .unwrap();
+        if end_apart {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            send.send_data(Bytes::new(), true).unwrap();
+        }
+        let response = tokio::time::timeout(Duration::from_secs(5), response)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(response.status(), 200);
+        let mut body = response.into_body();
+        let mut message = Vec::new();
+        while let Some(chunk) = body.data().await {
+            message.extend_from_slice(&chunk.unwrap());
+        }
+        let trailers = body.trailers().await.unwrap().expect("trailers");
+        assert_eq!(trailers.get("grpc-status").unwrap(), "0", "{end_apart}");
+        // One frame of a NextIdResponse whose id (field 1) is set.
+        assert_eq!(message[0], 0, "{message:?}");
+        assert_eq!(message[5], 0x08, "{message:?}");
+        assert_eq!(usize::from(message[4]) + 5, message.len(), "{message:?}");
+    }
+    server.stop().await;
+}
+
 /// A call whose message trickles in a byte at a time, each byte well within the idle timeout,
 /// is ended within the idle timeout of its start (not only by the longer request timeout), on
 /// the fast path (`NextId`) and through tonic (`NextIds`).

@@ -1,11 +1,17 @@
-//! One gRPC connection: HTTP/2 served with the `h2` crate directly, each call on a task of its
-//! own, dispatched to the fast `NextId` path ([`super::next_id`]) or to tonic
-//! ([`super::bridge`]).
+//! One gRPC connection: HTTP/2 served with the `h2` crate directly, plain `NextId` calls on the
+//! fast path ([`super::next_id`]) on the connection's own task, every other call through tonic
+//! ([`super::bridge`]) on a task of its own.
 //!
 //! tonic's own transport runs every call through hyper (a task per stream, its body plumbing)
 //! and a stack of tower layers, and profiling showed that machinery to cost about a third of
 //! the server's CPU for a single-ID call. Served on `h2` directly, with the same tonic services
 //! behind it, the per-call cost drops to what HTTP/2 framing itself costs.
+//!
+//! A `NextId` on a task of its own cost a task (2.4 KB allocated, freed) and a wake-up of the
+//! connection's task by the call's for every ID; answered where h2 hands it over, it costs
+//! neither. One that must wait (for the rest of its message, the clock, a reservation) becomes
+//! a future in the connection's [`InPlace`] set, polled alongside `accept`; whatever is left
+//! of them when the connection ends is finished on a task, as their own tasks used to be.
 //!
 //! Connection settings follow what the tonic server was configured with: a cap on concurrent
 //! streams, HTTP/2 keep-alive pings with a timeout, a request timeout or the client's shorter
@@ -30,13 +36,15 @@
 //!   refused (`REFUSED_STREAM`).
 
 use super::bridge::{H2Body, bridge};
-use super::next_id::{is_plain_next_id, next_id};
+use super::next_id::{self, Call, Later, is_plain_next_id};
 use super::shared::Shared;
 use bytes::Bytes;
+use futures_util::StreamExt;
+use futures_util::stream::FuturesUnordered;
 use h2::server::SendResponse;
 use h2::{Ping, RecvStream};
 use http::{HeaderMap, Request};
-use std::future::poll_fn;
+use std::future::{Future, poll_fn};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
@@ -60,6 +68,11 @@ struct Activity {
 }
 
 impl Activity {
+    /// Notes a call that started and ended at once.
+    fn touch(&self) {
+        self.touched.store(true, Ordering::Relaxed);
+    }
+
     /// Counts a call as open until the returned guard is dropped.
     fn call(self: &Arc<Self>) -> CallGuard {
         self.open.fetch_add(1, Ordering::Relaxed);
@@ -82,6 +95,49 @@ impl Drop for CallGuard {
     fn drop(&mut self) {
         self.0.open.fetch_sub(1, Ordering::Relaxed);
         self.0.touched.store(true, Ordering::Relaxed);
+    }
+}
+
+/// The `NextId` calls of a connection that had to wait, polled by the connection's task; a
+/// call's output is the call itself when it turned out to be tonic's (see
+/// [`next_id::answer_later`]). Those left when the connection ends (dropped) are finished on a
+/// task of their own: they are answered, or find the stream gone, and are counted, as a call on
+/// a task of its own would have been.
+struct InPlace<F>
+where
+    F: Future<Output = (Option<Call>, CallGuard)> + Send + 'static,
+{
+    calls: FuturesUnordered<F>,
+    shared: Arc<Shared>,
+}
+
+/// Hands a finished in-place call that turned out to be tonic's to a task of its own.
+fn finished(shared: &Arc<Shared>, (rest, guard): (Option<Call>, CallGuard)) {
+    if let Some(call) = rest {
+        let bridged = call.into_bridged(shared.idle_timeout);
+        let shared = Arc::clone(shared);
+        tokio::spawn(async move {
+            bridged.answer(&shared).await;
+            drop(guard);
+        });
+    }
+}
+
+impl<F> Drop for InPlace<F>
+where
+    F: Future<Output = (Option<Call>, CallGuard)> + Send + 'static,
+{
+    fn drop(&mut self) {
+        if self.calls.is_empty() {
+            return;
+        }
+        let mut calls = std::mem::take(&mut self.calls);
+        let shared = Arc::clone(&self.shared);
+        tokio::spawn(async move {
+            while let Some(done) = calls.next().await {
+                finished(&shared, done);
+            }
+        });
     }
 }
 
@@ -130,16 +186,36 @@ pub(super) async fn serve_connection<T>(
     // calls are done, so the connection counts as idle, but h2 holds them until it is gone).
     let mut close_within = None;
     let mut close_by = None;
+    let mut in_place = InPlace {
+        calls: FuturesUnordered::new(),
+        shared: Arc::clone(&shared),
+    };
     loop {
         tokio::select! {
             accepted = connection.accept() => match accepted {
                 Some(Ok((request, respond))) => {
-                    let call = activity.call();
-                    let shared = Arc::clone(&shared);
-                    tokio::spawn(async move {
-                        handle(shared, request, respond).await;
-                        drop(call);
-                    });
+                    let started = tokio::time::Instant::now();
+                    let timeout = call_timeout(&shared, request.headers());
+                    if !is_plain_next_id(&request) {
+                        let call = activity.call();
+                        let shared = Arc::clone(&shared);
+                        tokio::spawn(async move {
+                            bridged(&shared, started, timeout, request, respond).await;
+                            drop(call);
+                        });
+                        continue;
+                    }
+                    let call = Call::new(started, timeout, request, respond);
+                    match next_id::answer_now(&shared, call) {
+                        Later::Done => activity.touch(),
+                        later => {
+                            let guard = activity.call();
+                            let shared = Arc::clone(&shared);
+                            in_place.calls.push(async move {
+                                (next_id::answer_later(&shared, later).await, guard)
+                            });
+                        }
+                    }
                 }
                 Some(Err(err)) => {
                     tracing::debug!(error = %err, "grpc: connection error");
@@ -172,6 +248,9 @@ pub(super) async fn serve_connection<T>(
             () = until(close_by), if close_by.is_some() => {
                 tracing::debug!("grpc: streams left unread after the goodbye; closing the connection");
                 return;
+            }
+            Some(done) = in_place.calls.next(), if !in_place.calls.is_empty() => {
+                finished(&shared, done);
             }
             () = &mut keepalive => {
                 tracing::debug!("grpc: keep-alive ping unanswered; closing the connection");
@@ -223,22 +302,27 @@ async fn keep_alive(pinger: Option<h2::PingPong>, interval: Duration, timeout: D
     }
 }
 
-/// One call: `NextId` in place, the rest through tonic.
-async fn handle(shared: Arc<Shared>, request: Request<RecvStream>, respond: SendResponse<Bytes>) {
-    // As tonic's server: the shorter of our request timeout and the client's `grpc-timeout`.
-    let timeout = grpc_timeout(request.headers()).map_or(shared.request_timeout, |client| {
+/// How long a call may take: as tonic's server, the shorter of our request timeout and the
+/// client's `grpc-timeout`.
+fn call_timeout(shared: &Shared, headers: &HeaderMap) -> Duration {
+    grpc_timeout(headers).map_or(shared.request_timeout, |client| {
         client.min(shared.request_timeout)
-    });
-    let started = tokio::time::Instant::now();
-    if is_plain_next_id(&request) {
-        next_id(&shared, started, timeout, request, respond).await;
-    } else {
-        let due = started + shared.idle_timeout;
-        let request = request.map(|body| H2Body::new(body, due));
-        // Boxed, as below: tonic's futures are large, and every spawned call would otherwise
-        // copy room for them, `NextId` included.
-        Box::pin(bridge(&shared, started, timeout, request, respond)).await;
-    }
+    })
+}
+
+/// A call that is not a plain `NextId`, through tonic.
+async fn bridged(
+    shared: &Shared,
+    started: tokio::time::Instant,
+    timeout: Duration,
+    request: Request<RecvStream>,
+    respond: SendResponse<Bytes>,
+) {
+    let due = started + shared.idle_timeout;
+    let request = request.map(|body| H2Body::new(body, due));
+    // Boxed: tonic's futures are large, and every spawned call would otherwise copy room for
+    // them.
+    Box::pin(bridge(shared, started, timeout, request, respond)).await;
 }
 
 /// The client's deadline from a `grpc-timeout` header (`1S`, `250m`, ...: at most 8 digits and
