@@ -321,6 +321,16 @@ impl Metrics {
             .sum()
     }
 
+    /// The counter of IDs issued over `protocol`, for a caller that counts many (it shares the
+    /// registered counter).
+    pub fn ids_issued_counter(&self, protocol: Protocol) -> Counter {
+        self.ids_issued
+            .get_or_create(&ProtocolLabels {
+                protocol: protocol.name(),
+            })
+            .clone()
+    }
+
     /// Counts `n` IDs issued over `protocol`.
     pub fn ids_issued(&self, protocol: Protocol, n: u64) {
         self.ids_issued

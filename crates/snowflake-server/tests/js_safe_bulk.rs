@@ -127,3 +127,83 @@ async fn a_bulk_request_past_its_timeout_is_refused_and_takes_no_more() {
     assert_eq!(settled(&server).await, taken);
     server.stop().await;
 }
+
+/// Bulk requests served at once by the pacer's thread (four gRPC `NextIds(3000)`, the clock
+/// moving): every reply is in increasing order, no ID is in two replies, and the node counted
+/// exactly the IDs it handed out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_bulk_requests_get_unique_ids_in_increasing_order() {
+    let (server, _dir) = js_safe(Duration::from_secs(30)).await;
+    server.tick();
+    let addr = server.grpc_addr.expect("grpc on");
+    let mut requests = Vec::new();
+    for _ in 0..4 {
+        let mut grpc = SnowflakeClient::connect(format!("http://{addr}"))
+            .await
+            .unwrap();
+        requests.push(tokio::spawn(async move {
+            grpc.next_ids(NextIdsRequest { count: 3_000 })
+                .await
+                .unwrap()
+                .into_inner()
+                .ids
+        }));
+    }
+    let mut all = std::collections::HashSet::new();
+    for request in requests {
+        let ids = tokio::time::timeout(Duration::from_secs(30), request)
+            .await
+            .expect("answered")
+            .unwrap();
+        assert_eq!(ids.len(), 3_000);
+        assert!(ids.windows(2).all(|w| w[0] < w[1]), "in increasing order");
+        for id in ids {
+            assert!(all.insert(id), "{id} was handed out twice");
+        }
+    }
+    assert_eq!(all.len(), 12_000);
+    assert_eq!(settled(&server).await, 12_000);
+    server.stop().await;
+}
+
+/// A clock regression beyond `--max-backwards-wait-ms` met by the pacer's thread while it
+/// takes a bulk request's IDs reaches the request: it is refused naming the regression, and
+/// nothing more is taken for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clock_regression_met_by_the_pacer_refuses_the_bulk_request() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = config(dir.path());
+    config.layout = Layout::JS_SAFE;
+    config.limits.request_timeout = Duration::from_secs(30);
+    config.clock.max_backwards_wait_ms = 5;
+    let server = TestServer::start(config, ManualClock::new(T)).await;
+    server.wait_ready().await;
+    let addr = server.grpc_addr.expect("grpc on");
+    let mut grpc = SnowflakeClient::connect(format!("http://{addr}"))
+        .await
+        .unwrap();
+    let request = tokio::spawn(async move { grpc.next_ids(NextIdsRequest { count: 1_000 }).await });
+    // The clock stands still: the millisecond it reads is taken, then the request waits.
+    let begun = Instant::now() + Duration::from_secs(10);
+    while server.node.metrics().ids_issued_total() < Layout::JS_SAFE.max_ids_per_ms() {
+        assert!(Instant::now() < begun, "no id issued in 10 s");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    server.clock.set_ms(T - 1_000);
+    let refused = tokio::time::timeout(Duration::from_secs(10), request)
+        .await
+        .expect("answered, not hung")
+        .unwrap()
+        .expect_err("refused");
+    assert_eq!(refused.code(), tonic::Code::Unavailable, "{refused:?}");
+    assert!(
+        refused.message().contains("clock moved backwards"),
+        "{refused:?}"
+    );
+    assert_eq!(
+        settled(&server).await,
+        Layout::JS_SAFE.max_ids_per_ms(),
+        "taken after the refusal"
+    );
+    server.stop().await;
+}

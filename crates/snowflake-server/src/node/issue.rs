@@ -86,6 +86,11 @@ impl Node {
         // yielded in between, all within the request timeout.
         let quarter = per_ms / BULK_LEAVES_ONE_IN;
         let small = per_ms < SMALL_LAYOUT_IDS_PER_MS;
+        // Under a small layout, the pacer's thread takes each millisecond's IDs for the request
+        // as the millisecond begins (see `pacer`).
+        if small && let Some(pacer) = &self.pacer {
+            return self.issue_paced(pacer, protocol, count).await;
+        }
         let generator = &self.shared.generator;
         let mut spins_seen = generator.stats().exhaustion_waits;
         let deadline = Instant::now() + self.request_timeout;
@@ -114,6 +119,92 @@ impl Node {
             tokio::task::yield_now().await;
         }
         Ok(batches)
+    }
+
+    /// [`Node::issue`] under a small layout: the pacer's thread takes the IDs, a millisecond
+    /// at a time; a refusal of the generator comes back here and is handled as on the other
+    /// paths (a small clock regression waited out, a reservation awaited, anything else
+    /// answered), within the request timeout. Dropping the future (the client is gone) or the
+    /// timeout ends the pacer's job before its next take.
+    async fn issue_paced(
+        &self,
+        pacer: &super::pacer::Pacer,
+        protocol: Protocol,
+        count: u64,
+    ) -> Result<Vec<IdBatch>, IssueError> {
+        let per_ms = self.layout.max_ids_per_ms();
+        let deadline = Instant::now() + self.request_timeout;
+        let mut batches = Vec::with_capacity(usize::try_from(count / per_ms + 2).unwrap_or(2));
+        let mut left = count;
+        let mut waited_ms = 0;
+        let mut reservations = 0;
+        loop {
+            let (job, served) = super::pacer::Job::new(self.paced_take(protocol), left, per_ms);
+            pacer.serve(job);
+            let served = match tokio::time::timeout_at(deadline, served).await {
+                Ok(Ok(served)) => served,
+                // The pacer is gone: the node is being dropped.
+                Ok(Err(_dropped)) => return Err(unavailable("shutting down", 1)),
+                Err(_elapsed) => return Err(self.timed_out()),
+            };
+            let taken: u64 = served.batches.iter().map(IdBatch::len).sum();
+            left -= taken.min(left);
+            batches.extend(served.batches);
+            let Some(err) = served.error else {
+                return Ok(batches);
+            };
+            if taken > 0 {
+                // As on the other paths, the bounds hold per millisecond's worth taken.
+                waited_ms = 0;
+                reservations = 0;
+            }
+            match self.not_now(err, waited_ms) {
+                NotNow::Refused(err) => return Err(err),
+                NotNow::Wait { ms } => {
+                    let wake = Instant::now() + Duration::from_millis(ms);
+                    if wake > deadline {
+                        return Err(self.timed_out());
+                    }
+                    tokio::time::sleep_until(wake).await;
+                    waited_ms += ms;
+                }
+                NotNow::Reserve if reservations < MAX_RESERVATIONS_PER_REQUEST => {
+                    if tokio::time::timeout_at(deadline, self.reserve_now())
+                        .await
+                        .is_err()
+                    {
+                        return Err(self.timed_out());
+                    }
+                    reservations += 1;
+                }
+                NotNow::Reserve => {
+                    return Err(not_reserved(self.shared.generator.issue_limit_ms()));
+                }
+            }
+        }
+    }
+
+    /// The pacer's take for one bulk request: what [`Node::take_now`] does (the generator, the
+    /// metrics), leaving a quarter of the millisecond while other requests wait for one.
+    fn paced_take(&self, protocol: Protocol) -> super::pacer::TakeFn {
+        let shared = std::sync::Arc::clone(&self.shared);
+        let issued = self.metrics.ids_issued_counter(protocol);
+        let quarter = self.layout.max_ids_per_ms() / BULK_LEAVES_ONE_IN;
+        let mut spins_seen = shared.generator.stats().exhaustion_waits;
+        Box::new(move |max, others_wait| {
+            let spins = shared.generator.stats().exhaustion_waits;
+            let leave = if others_wait || spins != spins_seen {
+                quarter
+            } else {
+                0
+            };
+            spins_seen = spins;
+            let taken = shared.generator.try_take_batch(max, leave);
+            if let Ok(Some(batch)) = &taken {
+                issued.inc_by(batch.len());
+            }
+            taken
+        })
     }
 
     /// [`Node::issue`] for at most one millisecond's worth of IDs; in bulk (`leave` given), at

@@ -1,35 +1,44 @@
-//! The millisecond pacer: wakes the requests waiting for the clock's next millisecond as soon as
-//! it begins, under layouts whose sequence, not the work of formatting IDs, bounds a batch
-//! (fewer than 4,096 IDs a millisecond: js-safe's 64).
+//! The millisecond pacer: under layouts whose sequence, not the work of formatting IDs, bounds a
+//! batch (fewer than 4,096 IDs a millisecond: js-safe's 64), one thread per node takes each
+//! millisecond's IDs for the bulk requests waiting for them as soon as the millisecond begins,
+//! and wakes the smaller requests that wait for the next millisecond.
 //!
 //! The runtime's timer cannot do it: its wheel ticks once a millisecond at a phase of its own
 //! (the runtime's start), and a sleep ends at the first tick after its deadline, up to a
-//! millisecond or more after the clock's millisecond began. Under js-safe about one millisecond
-//! in six then went by with no request taking its 64 IDs (82–87% of 64,000 IDs/s on a quiet
-//! machine; BENCHMARKS.md, "js-safe saturation"). Here one thread per node sleeps with
-//! `std::thread::sleep` (a high-resolution timer: tens of microseconds late, no spinning) to
-//! the clock's next millisecond ([`Clock::until_next_ms`]) and wakes every waiting request at
-//! once. It sleeps from millisecond to millisecond only while a request waits; otherwise it is
-//! parked.
+//! millisecond or more after the clock's millisecond began: about one millisecond in six went
+//! by with no request taking its 64 IDs (82–87% of 64,000 IDs/s on a quiet machine; BENCHMARKS.md,
+//! "js-safe saturation"). Here the thread sleeps with `std::thread::sleep` (a high-resolution
+//! timer: tens of microseconds late, no spinning) to the clock's next millisecond
+//! ([`Clock::until_next_ms`]), from millisecond to millisecond only while a request waits;
+//! otherwise it is parked.
+//!
+//! A bulk request hands its remainder to the thread as a [`Job`] and waits for the IDs; the
+//! thread takes them with the request's own take (the same generator, the same leave-a-quarter
+//! rule, the same metrics), a millisecond at a time, and hands them over when the count is
+//! reached or when the generator refuses (the request then handles the refusal as any other:
+//! waits out a small clock regression, reserves, or answers why). So a runtime thread that runs
+//! late (busy formatting a large reply, or descheduled) no longer loses the millisecond: when it
+//! was woken to take the IDs itself, one millisecond in twenty still went unused under load.
+//! A request that is gone (its client left, its timeout passed) drops its end of the job, and
+//! the thread drops the job before its next take: at most one millisecond's IDs are taken for
+//! nobody, which is waste, never a duplicate.
 //!
 //! Under CPU contention, a thread of ordinary priority still woke more than a millisecond late
 //! about one time in twenty (load average 7–10 on two vCPUs, other builds running), and each
 //! such millisecond went unused. So the thread asks, once, to run under the real-time FIFO policy
 //! at its lowest priority (1): it then runs as soon as its timer fires, ahead of ordinary
-//! threads, and it never spins (it sleeps from millisecond to millisecond while requests wait,
-//! and is parked otherwise). The system grants that to a process with `CAP_SYS_NICE` or an
+//! threads, and it never spins. The system grants that to a process with `CAP_SYS_NICE` or an
 //! `RLIMIT_RTPRIO` of at least 1 (systemd: `LimitRTPRIO=1`); refused, it logs why once and runs
 //! at ordinary priority.
 //!
-//! It is an alarm, not a clock: the generator still reads the clock for every ID, and a request
-//! takes its IDs itself once awake, so a request that is gone (its client left, its timeout
-//! passed) takes none. A late or missed wake-up costs throughput, never uniqueness or order,
-//! unlike a ticker thread that stands in for the clock (LESSONS.md).
+//! It is an alarm, not a clock: the generator still reads the clock for every ID, so an ID's
+//! time is always the millisecond it was taken in. A late or missed wake-up costs throughput,
+//! never uniqueness or order, unlike a ticker thread that stands in for the clock (LESSONS.md).
 
-use snowflake_core::Clock;
+use snowflake_core::{Clock, Error as CoreError, IdBatch};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
-use tokio::sync::Notify;
+use tokio::sync::{Notify, oneshot};
 
 /// How often the thread looks at a clock that cannot tell when its next millisecond begins (a
 /// manual clock in tests).
@@ -56,8 +65,100 @@ struct Shared {
 struct State {
     /// Requests waiting for the next millisecond: the thread runs while there are any.
     waiting: usize,
+    /// Bulk requests whose IDs the thread takes: it runs while there are any.
+    jobs: Vec<Job>,
     /// The pacer is dropped: the thread ends.
     closed: bool,
+}
+
+/// Takes up to the given count (at most a millisecond's worth) of the current millisecond's IDs
+/// for one request, never waiting: `Ok(None)` when the millisecond has no more to give it. The
+/// flag says whether other requests wait for the millisecond (the take then leaves them a share).
+pub(super) type TakeFn = Box<dyn FnMut(u64, bool) -> Result<Option<IdBatch>, CoreError> + Send>;
+
+/// A bulk request's remainder, whose IDs the pacer's thread takes a millisecond at a time.
+pub(super) struct Job {
+    take: TakeFn,
+    /// IDs still to take.
+    left: u64,
+    /// The most one take asks for: a millisecond's worth.
+    per_ms: u64,
+    batches: Vec<IdBatch>,
+    /// `None` once answered.
+    reply: Option<oneshot::Sender<Served>>,
+}
+
+/// What the pacer's thread took for a [`Job`]: all of its count, or what it had taken when the
+/// generator refused (`error`).
+#[derive(Debug)]
+pub(super) struct Served {
+    /// The runs of IDs taken, in increasing order.
+    pub(super) batches: Vec<IdBatch>,
+    /// Why it stopped short, if it did.
+    pub(super) error: Option<CoreError>,
+}
+
+impl std::fmt::Debug for Job {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Job")
+            .field("left", &self.left)
+            .field("taken", &self.batches.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Job {
+    /// A job of `count` IDs (more than none) taken with `take`, at most `per_ms` at a time; the
+    /// receiver gets them. Dropping the receiver ends the job before the thread's next take.
+    pub(super) fn new(take: TakeFn, count: u64, per_ms: u64) -> (Job, oneshot::Receiver<Served>) {
+        let (reply, served) = oneshot::channel();
+        let job = Job {
+            take,
+            left: count,
+            per_ms: per_ms.max(1),
+            batches: Vec::new(),
+            reply: Some(reply),
+        };
+        (job, served)
+    }
+
+    /// One take for the current millisecond; whether the job goes on (it is neither answered
+    /// nor abandoned).
+    fn serve(&mut self, others_wait: bool) -> bool {
+        let Some(reply) = &self.reply else {
+            return false;
+        };
+        if reply.is_closed() || self.left == 0 {
+            // The request is gone: nothing more is taken for it.
+            return false;
+        }
+        match (self.take)(self.left.min(self.per_ms), others_wait) {
+            Ok(None) => true,
+            Ok(Some(batch)) => {
+                self.left = self.left.saturating_sub(batch.len());
+                self.batches.push(batch);
+                if self.left > 0 {
+                    return true;
+                }
+                self.answer(None);
+                false
+            }
+            Err(err) => {
+                self.answer(Some(err));
+                false
+            }
+        }
+    }
+
+    fn answer(&mut self, error: Option<CoreError>) {
+        if let Some(reply) = self.reply.take() {
+            // A request gone meanwhile drops the IDs with the reply.
+            let _gone = reply.send(Served {
+                batches: std::mem::take(&mut self.batches),
+                error,
+            });
+        }
+    }
 }
 
 impl Pacer {
@@ -106,6 +207,17 @@ impl Pacer {
         }
     }
 
+    /// Hands `job` to the thread, which takes its first IDs at once (from what the current
+    /// millisecond has left) and then at the start of every millisecond until it is answered or
+    /// its receiver is dropped.
+    pub(super) fn serve(&self, job: Job) {
+        let mut state = self.shared.lock();
+        state.jobs.push(job);
+        if state.jobs.len() == 1 && state.waiting == 0 {
+            self.shared.wake.notify_one();
+        }
+    }
+
     /// How many requests wait now.
     #[cfg(test)]
     fn waiting(&self) -> usize {
@@ -143,26 +255,40 @@ impl Drop for Pacer {
 
 impl Shared {
     fn lock(&self) -> MutexGuard<'_, State> {
-        // Nothing panics while holding it; a poisoned lock still holds two plain numbers.
+        // Nothing panics while holding it (a job's take runs outside it); a poisoned lock still
+        // holds plain numbers and jobs whose requests wait for their answer.
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// The thread: parked while nobody waits; else, each time the clock reads a new
-    /// millisecond, wakes the waiters, and sleeps until the next one.
+    /// millisecond, takes the jobs' IDs and wakes the waiters, and sleeps until the next one.
     fn run(&self, clock: &dyn Clock) {
         let mut notified_ms = None;
         loop {
-            {
+            let (mut jobs, others_wait) = {
                 let mut state = self.lock();
-                while state.waiting == 0 && !state.closed {
+                while state.waiting == 0 && state.jobs.is_empty() && !state.closed {
                     state = self
                         .wake
                         .wait(state)
                         .unwrap_or_else(PoisonError::into_inner);
                 }
                 if state.closed {
+                    // The jobs' requests get no answer: they report the node shutting down.
                     return;
                 }
+                (std::mem::take(&mut state.jobs), state.waiting > 0)
+            };
+            // The jobs first (a millisecond's IDs go to whoever asks first), each in turn first
+            // from one millisecond to the next.
+            jobs.retain_mut(|job| job.serve(others_wait));
+            if jobs.len() > 1 {
+                jobs.rotate_left(1);
+            }
+            if !jobs.is_empty() {
+                let mut state = self.lock();
+                jobs.append(&mut state.jobs);
+                state.jobs = jobs;
             }
             let now_ms = clock.now_ms();
             if notified_ms != Some(now_ms) {
@@ -199,9 +325,133 @@ impl Drop for Waiting<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use snowflake_core::{ManualClock, SystemClock};
+    use snowflake_core::{Generator, Layout, ManualClock, SystemClock};
+    use std::sync::atomic::{AtomicU64, Ordering};
 
     const LONG: Duration = Duration::from_secs(10);
+    const T: u64 = 1_800_000_000_000;
+
+    /// A js-safe generator on `clock`, issuing up to `limit_ms`, and a take for the pacer that
+    /// counts in `taken` the IDs it took.
+    fn js_safe(clock: &ManualClock, limit_ms: u64) -> (TakeFn, Arc<AtomicU64>) {
+        let generator = Generator::builder()
+            .layout(Layout::JS_SAFE)
+            .clock(clock.clone())
+            .issue_limit_ms(limit_ms)
+            .build()
+            .unwrap();
+        let taken = Arc::new(AtomicU64::new(0));
+        let counted = Arc::clone(&taken);
+        let take: TakeFn = Box::new(move |max, _others_wait| {
+            let batch = generator.try_take_batch(max, 0);
+            if let Ok(Some(batch)) = &batch {
+                counted.fetch_add(batch.len(), Ordering::SeqCst);
+            }
+            batch
+        });
+        (take, taken)
+    }
+
+    /// Moves `clock` one millisecond every 5 ms until `stop` is set.
+    fn ticking(
+        clock: &ManualClock,
+        stop: &Arc<std::sync::atomic::AtomicBool>,
+    ) -> std::thread::JoinHandle<()> {
+        let clock = clock.clone();
+        let stop = Arc::clone(stop);
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::SeqCst) {
+                std::thread::sleep(Duration::from_millis(5));
+                clock.advance_ms(1);
+            }
+        })
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_thread_takes_a_jobs_ids_a_millisecond_at_a_time_and_answers_with_all() {
+        let clock = ManualClock::new(T);
+        let pacer = Pacer::start(Arc::new(clock.clone())).expect("a thread");
+        let (take, taken) = js_safe(&clock, T + 60_000);
+        let (job, served) = Job::new(take, 200, 64);
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let mover = ticking(&clock, &stop);
+        pacer.serve(job);
+        let served = tokio::time::timeout(LONG, served)
+            .await
+            .expect("answered")
+            .expect("not dropped");
+        stop.store(true, Ordering::SeqCst);
+        mover.join().unwrap();
+        assert!(served.error.is_none(), "{:?}", served.error);
+        let ids: Vec<u64> = served
+            .batches
+            .into_iter()
+            .flatten()
+            .map(|id| id.as_u64())
+            .collect();
+        assert_eq!(ids.len(), 200);
+        assert!(ids.windows(2).all(|w| w[0] < w[1]), "in increasing order");
+        // 64 a millisecond: four milliseconds' IDs, each taken in its own millisecond.
+        let times: std::collections::BTreeSet<u64> = ids
+            .iter()
+            .map(|id| id >> Layout::JS_SAFE.timestamp_shift())
+            .collect();
+        assert_eq!(times.len(), 4, "{times:?}");
+        assert_eq!(taken.load(Ordering::SeqCst), 200);
+        assert!(pacer.shared.lock().jobs.is_empty());
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_job_whose_request_is_gone_takes_no_more() {
+        let clock = ManualClock::new(T);
+        let pacer = Pacer::start(Arc::new(clock.clone())).expect("a thread");
+        let (take, taken) = js_safe(&clock, T + 60_000);
+        let (job, served) = Job::new(take, 1_000, 64);
+        pacer.serve(job);
+        // The thread takes what the current millisecond has at once.
+        let begun = std::time::Instant::now() + LONG;
+        while taken.load(Ordering::SeqCst) < 64 {
+            assert!(std::time::Instant::now() < begun, "nothing taken in 10 s");
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        drop(served);
+        for _ in 0..5 {
+            clock.advance_ms(1);
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(taken.load(Ordering::SeqCst), 64, "taken for nobody");
+        assert!(pacer.shared.lock().jobs.is_empty(), "the job is dropped");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_refusal_reaches_the_request_with_the_ids_taken_before_it() {
+        let clock = ManualClock::new(T);
+        let pacer = Pacer::start(Arc::new(clock.clone())).expect("a thread");
+        // Nothing may be issued after T: the next millisecond is refused.
+        let (take, taken) = js_safe(&clock, T);
+        let (job, served) = Job::new(take, 1_000, 64);
+        pacer.serve(job);
+        let begun = std::time::Instant::now() + LONG;
+        while taken.load(Ordering::SeqCst) < 64 {
+            assert!(std::time::Instant::now() < begun, "nothing taken in 10 s");
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        clock.advance_ms(1);
+        let served = tokio::time::timeout(LONG, served)
+            .await
+            .expect("answered")
+            .expect("not dropped");
+        assert!(
+            matches!(
+                served.error,
+                Some(CoreError::PastIssueLimit { limit_ms: T, .. })
+            ),
+            "{:?}",
+            served.error
+        );
+        assert_eq!(served.batches.iter().map(IdBatch::len).sum::<u64>(), 64);
+        assert!(pacer.shared.lock().jobs.is_empty());
+    }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn waiters_wake_when_the_clock_moves_and_a_dropped_one_stops_waiting() {
