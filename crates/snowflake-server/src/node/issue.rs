@@ -139,13 +139,32 @@ impl Node {
         let mut waited_ms = 0;
         let mut reservations = 0;
         loop {
-            let (job, served) = super::pacer::Job::new(self.paced_take(protocol), left, per_ms);
-            pacer.serve(job);
-            let served = match tokio::time::timeout_at(deadline, served).await {
-                Ok(Ok(served)) => served,
-                // The pacer is gone: the node is being dropped.
-                Ok(Err(_dropped)) => return Err(unavailable("shutting down", 1)),
-                Err(_elapsed) => return Err(self.timed_out()),
+            let mut take = self.paced_take(protocol);
+            // What the current millisecond has left is taken here at once: the pacer's thread
+            // may be asleep until the next one.
+            let served = match take(left.min(per_ms), false) {
+                Ok(Some(batch)) if batch.len() == left => super::pacer::Served {
+                    batches: vec![batch],
+                    error: None,
+                },
+                Err(err) => super::pacer::Served {
+                    batches: Vec::new(),
+                    error: Some(err),
+                },
+                first => {
+                    let first = first.ok().flatten();
+                    let rest = left - first.as_ref().map_or(0, IdBatch::len);
+                    batches.extend(first);
+                    left = rest;
+                    let (job, served) = super::pacer::Job::new(take, left, per_ms);
+                    pacer.serve(job);
+                    match tokio::time::timeout_at(deadline, served).await {
+                        Ok(Ok(served)) => served,
+                        // The pacer is gone: the node is being dropped.
+                        Ok(Err(_dropped)) => return Err(unavailable("shutting down", 1)),
+                        Err(_elapsed) => return Err(self.timed_out()),
+                    }
+                }
             };
             let taken: u64 = served.batches.iter().map(IdBatch::len).sum();
             left -= taken.min(left);

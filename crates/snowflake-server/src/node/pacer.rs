@@ -12,7 +12,8 @@
 //! ([`Clock::until_next_ms`]), from millisecond to millisecond only while a request waits;
 //! otherwise it is parked.
 //!
-//! A bulk request hands its remainder to the thread as a [`Job`] and waits for the IDs; the
+//! A bulk request takes what the current millisecond has left itself (the thread may be asleep
+//! until the next one), then hands the rest to the thread as a [`Job`] and waits for the IDs; the
 //! thread takes them with the request's own take (the same generator, the same leave-a-quarter
 //! rule, the same metrics), a millisecond at a time, and hands them over when the count is
 //! reached or when the generator refuses (the request then handles the refusal as any other:
@@ -279,12 +280,12 @@ impl Shared {
                 }
                 (std::mem::take(&mut state.jobs), state.waiting > 0)
             };
-            // The jobs first (a millisecond's IDs go to whoever asks first), each in turn first
-            // from one millisecond to the next.
+            // The jobs first, oldest first: a job takes whole milliseconds until it is answered,
+            // and the next one takes what its last millisecond left. In turn (one millisecond
+            // each) they would all finish together and their clients' round trips would leave
+            // the node idle; one after another, one request's round trip overlaps the next's
+            // milliseconds, and the mean wait is shorter.
             jobs.retain_mut(|job| job.serve(others_wait));
-            if jobs.len() > 1 {
-                jobs.rotate_left(1);
-            }
             if !jobs.is_empty() {
                 let mut state = self.lock();
                 jobs.append(&mut state.jobs);
