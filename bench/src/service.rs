@@ -478,7 +478,11 @@ pub fn run(root: &Path, secs: f64, rounds: usize) -> Result<Run> {
     // stream is a tenth of the real one, so that one stream finishes well inside the run
     // even with a debug binary on a loaded 2-core machine (CI once saw a 1,000,000-ID
     // stream finish nowhere inside 1 s there).
-    let stream_batch: u64 = if secs < 1.0 { 100_000 } else { 1_000_000 };
+    let (stream_batch, stream_label): (u64, &str) = if secs < 1.0 {
+        (100_000, "100,000")
+    } else {
+        (1_000_000, "1,000,000")
+    };
     if whole as f64 != secs {
         run.notes.push(format!(
             "Every service measurement ran {whole} s (wrk and pgbench take whole seconds)."
@@ -628,10 +632,7 @@ pub fn run(root: &Path, secs: f64, rounds: usize) -> Result<Run> {
         sf(
             &mut run,
             "batch",
-            &format!(
-                "gRPC StreamIds {}, 2 connections",
-                crate::report::count(stream_batch as f64)
-            ),
+            &format!("gRPC StreamIds {stream_label}, 2 connections"),
             "grpc",
             &["-c", "2", "--batch", &stream_batch.to_string(), "--stream"],
         )?;
