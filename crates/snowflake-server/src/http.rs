@@ -1,17 +1,20 @@
 //! The HTTP/JSON front end (SPEC §5): routes that only translate to the node's calls, served
-//! over HTTP/1.1 on the connections `listen` accepts (its cap, TLS handshake and drain), with
-//! hyper's header-read timeout and a graceful close on shutdown. The admin listener is the same
-//! door with only the probe routes.
+//! over HTTP/1.1 on the connections `listen` accepts (its cap, TLS handshake and drain), with a
+//! header-read timeout and a graceful close on shutdown (`door`). `GET /v1/id` is answered
+//! straight on the wire by a loop of its own (`wire`) until a connection asks anything else,
+//! then by hyper through a service of its own ahead of the router (`fast`), with the router's
+//! answers byte for byte. The admin listener is the same door with only the probe routes.
 
+mod door;
 mod fast;
+mod wire;
 
-use crate::config::Config;
+pub use door::{serve, serve_admin};
+
 use crate::json_ids::{Format, IdsBody};
 use crate::latency::Histogram;
-use crate::listen::{self, OverCap};
 use crate::node::{IssueError, Node, Protocol};
 use crate::status;
-use crate::tls::{Alpn, Tls};
 use axum::Router;
 use axum::extract::Query;
 use axum::extract::rejection::{PathRejection, QueryRejection};
@@ -19,13 +22,13 @@ use axum::extract::{Path, RawQuery, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use hyper_util::rt::{TokioIo, TokioTimer};
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
-use tokio::net::TcpListener;
-use tokio::sync::watch;
 use tower_http::limit::RequestBodyLimitLayer;
+
+/// What one HTTP connection buffers at most (see `door::serve_as`), also the longest request
+/// head.
+const MAX_BUF_BYTES: usize = 8 * 1024;
 
 /// Requests carry no body; anything beyond this is refused with 413.
 const MAX_BODY_BYTES: usize = 16 * 1024;
@@ -330,19 +333,21 @@ fn wants_text(headers: &HeaderMap) -> bool {
         .get_all(header::ACCEPT)
         .iter()
         .filter_map(|v| v.to_str().ok())
-        .any(|accept| {
-            // The first listed media type that we serve wins.
-            accept
-                .split(',')
-                .map(|part| part.split(';').next().unwrap_or("").trim())
-                .find(|media| {
-                    matches!(
-                        *media,
-                        "text/plain" | "application/json" | "*/*" | "application/*" | "text/*"
-                    )
-                })
-                .is_some_and(|media| media == "text/plain" || media == "text/*")
+        .any(accepts_text)
+}
+
+/// Whether one `Accept` value asks for text: the first listed media type that we serve wins.
+fn accepts_text(accept: &str) -> bool {
+    accept
+        .split(',')
+        .map(|part| part.split(';').next().unwrap_or("").trim())
+        .find(|media| {
+            matches!(
+                *media,
+                "text/plain" | "application/json" | "*/*" | "application/*" | "text/*"
+            )
         })
+        .is_some_and(|media| media == "text/plain" || media == "text/*")
 }
 
 async fn next_id(node: &Node, headers: &HeaderMap, query: Option<&str>) -> Response {
@@ -355,13 +360,13 @@ async fn next_id(node: &Node, headers: &HeaderMap, query: Option<&str>) -> Respo
         },
     };
     match node.issue(Protocol::Http, 1).await {
-        Ok(batches) => id_body(wants_text(headers), format, batches[0].first().as_u64()),
+        Ok(batches) => id_response(wants_text(headers), format, batches[0].first().as_u64()),
         Err(err) => err.into_response(),
     }
 }
 
 /// `/v1/id`'s answer with `id`: its digits as text, or JSON in `format`.
-fn id_body(text: bool, format: Format, id: u64) -> Response {
+fn id_response(text: bool, format: Format, id: u64) -> Response {
     let (content_type, body) = id_bytes(text, format, id);
     let mut response = Response::new(axum::body::Body::from(body));
     response
@@ -370,19 +375,29 @@ fn id_body(text: bool, format: Format, id: u64) -> Response {
     response
 }
 
-/// `/v1/id`'s content type and body with `id`: its digits as text, or JSON in `format`. The
-/// body is one exact-size allocation: formatted on the stack, then copied once (a `Vec` with
-/// room to spare would cost `Bytes` a second allocation, its shared header).
+/// `/v1/id`'s content type and body with `id`, as a header value and `Bytes`: one exact-size
+/// allocation (a `Vec` with room to spare would cost `Bytes` a second one, its shared header).
 fn id_bytes(text: bool, format: Format, id: u64) -> (HeaderValue, bytes::Bytes) {
+    let (content_type, body) = id_body(text, format, id);
+    (
+        HeaderValue::from_static(content_type),
+        bytes::Bytes::copy_from_slice(&body),
+    )
+}
+
+/// `/v1/id`'s content type and body with `id`: its digits as text, or JSON in `format`,
+/// formatted on the stack.
+fn id_body(text: bool, format: Format, id: u64) -> (&'static str, IdBody) {
     let mut buf = itoa::Buffer::new();
     let digits = buf.format(id).as_bytes();
+    let mut body = IdBody {
+        bytes: [0; 32],
+        len: 0,
+    };
     if text {
-        let content_type = HeaderValue::from_static("text/plain; charset=utf-8");
-        return (content_type, bytes::Bytes::copy_from_slice(digits));
+        body.push(digits);
+        return ("text/plain; charset=utf-8", body);
     }
-    // `{"id":"` + at most 20 digits + `"}`.
-    let mut body = [0u8; 32];
-    let mut at = 0;
     for part in [
         b"{\"id\":".as_slice(),
         format.quote(),
@@ -390,11 +405,30 @@ fn id_bytes(text: bool, format: Format, id: u64) -> (HeaderValue, bytes::Bytes) 
         format.quote(),
         b"}",
     ] {
-        body[at..at + part.len()].copy_from_slice(part);
-        at += part.len();
+        body.push(part);
     }
-    let content_type = HeaderValue::from_static("application/json");
-    (content_type, bytes::Bytes::copy_from_slice(&body[..at]))
+    ("application/json", body)
+}
+
+/// `/v1/id`'s body: `{"id":"` + at most 20 digits + `"}` fits.
+struct IdBody {
+    bytes: [u8; 32],
+    len: usize,
+}
+
+impl IdBody {
+    fn push(&mut self, part: &[u8]) {
+        self.bytes[self.len..self.len + part.len()].copy_from_slice(part);
+        self.len += part.len();
+    }
+}
+
+impl std::ops::Deref for IdBody {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        &self.bytes[..self.len]
+    }
 }
 
 async fn next_ids(node: &Node, query: Option<&str>) -> Response {
@@ -571,127 +605,4 @@ fn method_not_allowed(method: &Method, uri: &Uri) -> Response {
         .headers_mut()
         .insert(header::ALLOW, HeaderValue::from_static("GET"));
     response
-}
-
-/// What one HTTP connection buffers at most (see `serve_as`), also the longest request head.
-const MAX_BUF_BYTES: usize = 8 * 1024;
-
-/// Serves `router` on `listener` until `shutdown` flips to true; then stops accepting, lets
-/// in-flight requests finish (at most `config.limits.shutdown_timeout`), and returns.
-pub async fn serve(
-    listener: TcpListener,
-    node: Arc<Node>,
-    router: Router,
-    config: &Config,
-    tls: Option<Arc<Tls>>,
-    shutdown: watch::Receiver<bool>,
-) {
-    let front = fast::Front::with_id(Arc::clone(&node), router);
-    serve_as("http", listener, node, front, config, tls, shutdown).await;
-}
-
-/// Serves the admin listener ([`admin_router`], never TLS) as [`serve`] does.
-pub async fn serve_admin(
-    listener: TcpListener,
-    node: Arc<Node>,
-    config: &Config,
-    shutdown: watch::Receiver<bool>,
-) {
-    let router = admin_router(Arc::clone(&node), config.listeners.admin_status_page);
-    let front = fast::Front::router(router);
-    serve_as("admin", listener, node, front, config, None, shutdown).await;
-}
-
-/// [`serve`], named `name` in logs.
-async fn serve_as(
-    name: &'static str,
-    listener: TcpListener,
-    node: Arc<Node>,
-    front: fast::Front,
-    config: &Config,
-    tls: Option<Arc<Tls>>,
-    shutdown: watch::Receiver<bool>,
-) {
-    // HTTP/1.1 only: the JSON API gains nothing from HTTP/2 (gRPC has its own port), and
-    // skipping protocol detection keeps the single-ID path lean.
-    let mut builder = hyper::server::conn::http1::Builder::new();
-    builder
-        .timer(TokioTimer::new())
-        .header_read_timeout(config.limits.idle_timeout)
-        // The most a connection buffers: an unfinished request head (a longer one is answered
-        // 431), and body pieces waiting for a slow client (a large body is formatted only as
-        // it is sent). hyper's default (about 400 KiB) times the connection cap was hundreds of
-        // megabytes; 8 KiB (hyper's least) keeps the cap's worst case small.
-        .max_buf_size(MAX_BUF_BYTES)
-        .keep_alive(true);
-    let door = Arc::new(Http {
-        name,
-        builder,
-        front,
-    });
-    let rejected = node.metrics().connections_rejected.clone();
-    let limits = listen::Limits::of(config);
-    listen::serve(listener, door, tls, limits, rejected, shutdown).await;
-}
-
-/// An HTTP door: the HTTP listener, or the admin one.
-#[derive(Debug)]
-struct Http {
-    /// `http` or `admin`, for logs.
-    name: &'static str,
-    /// HTTP/1.1 with keep-alive, and the header-read timeout (`--idle-timeout-ms`) that also
-    /// bounds how long a kept-alive connection may wait for its next request.
-    builder: hyper::server::conn::http1::Builder,
-    /// `/v1/id` in place (the HTTP listener), and the router.
-    front: fast::Front,
-}
-
-impl listen::Door for Http {
-    const ALPN: Alpn = Alpn::Http1;
-    const OVER_CAP: OverCap = OverCap::Answer;
-
-    fn name(&self) -> &'static str {
-        self.name
-    }
-
-    async fn serve<S: listen::Io>(
-        self: Arc<Self>,
-        io: S,
-        peer: SocketAddr,
-        mut stop: watch::Receiver<bool>,
-    ) {
-        let connection = self
-            .builder
-            .serve_connection(TokioIo::new(io), self.front.clone());
-        tokio::pin!(connection);
-        let result = tokio::select! {
-            result = connection.as_mut() => result,
-            () = listen::stopped(&mut stop) => {
-                // The request in flight is answered; a kept-alive connection then closes.
-                connection.as_mut().graceful_shutdown();
-                connection.await
-            }
-        };
-        if let Err(err) = result {
-            tracing::debug!(%peer, error = %err, "http connection ended with an error");
-        }
-    }
-
-    /// A 503 to the connection's first request, and close.
-    async fn refuse<S: listen::Io>(self: Arc<Self>, io: S) {
-        let service = hyper::service::service_fn(|_request| async {
-            let mut response = error(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "too many connections; try again later",
-            );
-            let headers = response.headers_mut();
-            headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
-            headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
-            Ok::<_, std::convert::Infallible>(response)
-        });
-        let _ = self
-            .builder
-            .serve_connection(TokioIo::new(io), service)
-            .await;
-    }
 }

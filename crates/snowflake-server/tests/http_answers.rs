@@ -522,6 +522,16 @@ fn ids_masked(text: &str) -> String {
 /// Reads one answer from `stream` (`head_only` for an answer to HEAD), as pinned text; `None`
 /// when the connection is closed before any of it.
 async fn answer(stream: &mut TcpStream, input: &mut Vec<u8>, head_only: bool) -> Option<String> {
+    let answer = answer_as_sent(stream, input, head_only).await?;
+    Some(ids_masked(&answer))
+}
+
+/// [`answer`], its IDs as they are.
+async fn answer_as_sent(
+    stream: &mut TcpStream,
+    input: &mut Vec<u8>,
+    head_only: bool,
+) -> Option<String> {
     let end = loop {
         if let Some(at) = input.windows(4).position(|w| w == b"\r\n\r\n") {
             break at;
@@ -564,7 +574,7 @@ async fn answer(stream: &mut TcpStream, input: &mut Vec<u8>, head_only: bool) ->
     }
     let body: Vec<u8> = input.drain(..length).collect();
     let body = String::from_utf8(body).expect("a UTF-8 body");
-    Some(ids_masked(&format!("{}\n\n{body}", lines.join("\n"))))
+    Some(format!("{}\n\n{body}", lines.join("\n")))
 }
 
 /// `request` on a fresh connection to `addr`, then `GET /healthz` on it: the first answer, and
@@ -708,4 +718,76 @@ async fn v1_id_answers_are_pinned_byte_for_byte() {
     }
     server.stop().await;
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+/// Requests pipelined in one write are answered in order, those `/v1/id`'s own loop answers and
+/// those it hands to hyper alike (another route, a query it leaves to hyper, a `Connection`
+/// header), each with the pinned answer, every ID new; and a request sent a byte at a time
+/// gets the same answer as one sent whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pipelined_and_trickled_requests_get_the_pinned_answers_in_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start(config(dir.path()), ManualClock::new(T)).await;
+    server.wait_ready().await;
+    let get = CASES[0].request;
+    let head = CASES[1].request;
+    let text = CASES[2].request;
+    let healthz = "GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n";
+    let bogus = "GET /v1/id?format=bogus HTTP/1.1\r\nhost: x\r\n\r\n";
+    let keep_alive = "GET /v1/id HTTP/1.1\r\nhost: x\r\nconnection: keep-alive\r\n\r\n";
+    let pinned = |request: &str| {
+        let case = CASES.iter().chain(REFUSED).find(|c| c.request == request);
+        case.map(|c| c.answer)
+    };
+    for sequence in [
+        vec![get, get, get, head, text, get],
+        vec![get, head, healthz, get, text, head],
+        vec![text, bogus, get, head, bogus],
+        vec![get, keep_alive, get, text],
+    ] {
+        let mut stream = TcpStream::connect(server.addr).await.expect("connect");
+        stream
+            .write_all(sequence.concat().as_bytes())
+            .await
+            .unwrap();
+        let mut input = Vec::new();
+        let mut ids = Vec::new();
+        for request in &sequence {
+            let got = answer_as_sent(&mut stream, &mut input, request.starts_with("HEAD "))
+                .await
+                .unwrap_or_else(|| panic!("{sequence:?}: closed before {request:?}"));
+            let masked = ids_masked(&got);
+            if *request == healthz {
+                assert!(masked.contains("{\"status\":\"ok\"}"), "{masked}");
+            } else if *request == keep_alive {
+                assert_eq!(masked, CASES[0].answer, "{sequence:?}");
+            } else {
+                assert_eq!(Some(masked.as_str()), pinned(request), "{sequence:?}");
+            }
+            let body = got.split("\n\n").nth(1).unwrap_or("");
+            let digits: String = body.chars().filter(char::is_ascii_digit).collect();
+            if digits.len() >= 10 {
+                ids.push(digits.parse::<u64>().unwrap());
+            }
+        }
+        assert!(ids.windows(2).all(|w| w[0] < w[1]), "{sequence:?}: {ids:?}");
+        drop(stream);
+    }
+    // A byte at a time, then the same connection asks again whole.
+    let mut stream = TcpStream::connect(server.addr).await.expect("connect");
+    for byte in text.as_bytes() {
+        stream.write_all(&[*byte]).await.unwrap();
+        tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+    }
+    let mut input = Vec::new();
+    let got = answer(&mut stream, &mut input, false)
+        .await
+        .expect("an answer");
+    assert_eq!(got, CASES[2].answer);
+    stream.write_all(get.as_bytes()).await.unwrap();
+    let got = answer(&mut stream, &mut input, false)
+        .await
+        .expect("an answer");
+    assert_eq!(got, CASES[0].answer);
+    server.stop().await;
 }

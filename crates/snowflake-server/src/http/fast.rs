@@ -1,6 +1,8 @@
-//! The single-ID fast path: `GET` and `HEAD /v1/id` answered by a hyper service of its own,
-//! ahead of the axum router, with the router's answers byte for byte (tests/http_answers.rs)
-//! and its metrics, and everything else handed to the router unchanged.
+//! The single-ID fast path in hyper: `GET` and `HEAD /v1/id` answered by a hyper service of
+//! its own, ahead of the axum router, with the router's answers byte for byte
+//! (tests/http_answers.rs) and its metrics, and everything else handed to the router
+//! unchanged. It answers `/v1/id` on connections that `wire`'s loop handed to hyper (after
+//! another route, say); until then that loop answers it, leaner still.
 //!
 //! What it saves per request, against the same answer through the router: the route lookup,
 //! the router's and the route's service clones, the boxed handler future, the `HeaderMap`
@@ -35,7 +37,7 @@ pub(super) type Response = http::Response<Body>;
 
 /// An answer of the router's kind (an error), as the router gives it: with the
 /// `content-length` axum sets (last in the map) when the body's length is known.
-fn routed(response: axum::response::Response) -> Response {
+pub(super) fn routed(response: axum::response::Response) -> Response {
     let mut response = response.map(Either::Right);
     if !response.headers().contains_key(header::CONTENT_LENGTH)
         && let Some(length) = http_body::Body::size_hint(response.body()).exact()
@@ -70,9 +72,9 @@ pub(super) struct Front {
 
 /// What `/v1/id` needs: the node, and the route's request counter and latency histogram.
 #[derive(Debug, Clone)]
-struct Id {
-    node: Arc<Node>,
-    timed: Timed,
+pub(super) struct Id {
+    pub(super) node: Arc<Node>,
+    pub(super) timed: Timed,
 }
 
 impl Front {
@@ -83,6 +85,11 @@ impl Front {
             id: Some(Id { node, timed }),
             router,
         }
+    }
+
+    /// `/v1/id`'s node and metrics, on the HTTP listener.
+    pub(super) fn id(&self) -> Option<&Id> {
+        self.id.as_ref()
     }
 
     /// `router` alone (the admin listener).

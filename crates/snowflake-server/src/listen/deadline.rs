@@ -8,10 +8,10 @@
 //!   idle timeout fails, which ends the connection, whatever the protocol above is doing (hyper
 //!   has no write timeout of its own; an HTTP/2 connection's writes; a reply being written).
 //!   It costs nothing while writes go through: the clock is read only when one would block.
-//! - [`Progress::read`] and [`Progress::write`], for doors that read and write bytes themselves
-//!   (Thrift, RESP): their idle deadlines between requests and within one. HTTP's are hyper's
-//!   (the header-read timeout, set to the same limit), and gRPC's are its HTTP/2 connection's
-//!   (idle calls, stalled streams, unanswered pings).
+//! - [`Progress::read`] and [`Progress::write`], for code that reads and writes bytes itself
+//!   (Thrift, RESP, HTTP's `/v1/id` loop): their idle deadlines between requests and within
+//!   one. The rest of HTTP's are hyper's (the header-read timeout, set to the same limit), and
+//!   gRPC's are its HTTP/2 connection's (idle calls, stalled streams, unanswered pings).
 
 use std::future::Future;
 use std::io::IoSlice;

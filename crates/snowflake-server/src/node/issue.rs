@@ -5,6 +5,7 @@
 use super::readiness::{Phase, fence_reason};
 use super::{IssueError, Node, Protocol};
 use crate::clock_trust::{Reading, Step};
+use prometheus_client::metrics::counter::Counter;
 use snowflake_core::{Clock, Error as CoreError, IdBatch, format_unix_ms};
 use std::time::Duration;
 use tokio::time::Instant;
@@ -378,6 +379,18 @@ impl Node {
         match self.shared.generator.try_next_batch(1) {
             Ok(batch) => {
                 self.metrics.ids_issued(protocol, 1);
+                Ok(batch.first().as_u64())
+            }
+            Err(err) => Err(self.not_now(err, 0)),
+        }
+    }
+
+    /// [`Node::issue_one_now`], counted on `issued` (a protocol's counter of IDs
+    /// issued, looked up once by a caller that asks many times).
+    pub fn issue_one_now_counted(&self, issued: &Counter) -> Result<u64, NotNow> {
+        match self.shared.generator.try_next_batch(1) {
+            Ok(batch) => {
+                issued.inc();
                 Ok(batch.first().as_u64())
             }
             Err(err) => Err(self.not_now(err, 0)),
