@@ -293,12 +293,13 @@ impl Metrics {
         let _ = self.tls.set(tls);
     }
 
-    /// Counts one ID issued over Thrift to `agent` (already validated).
-    pub fn thrift_agent_ids(&self, agent: &str) {
+    /// The counter of IDs issued over Thrift to `agent` (already validated): fetch it once per
+    /// agent a connection uses (it shares the registered counter).
+    pub fn thrift_agent_counter(&self, agent: &str) -> Counter {
         let label = capped_label(&self.known_agents, Some(agent));
         self.thrift_ids_by_agent
             .get_or_create(&AgentLabels { agent: label })
-            .inc();
+            .clone()
     }
 
     /// Counts `n` IDs asked for over RESP under `key` (`INCR key`): the first [`MAX_AGENTS`]

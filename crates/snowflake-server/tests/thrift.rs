@@ -441,3 +441,52 @@ async fn waits_for_the_clock_stay_within_the_request_timeout() {
     ));
     server.stop().await;
 }
+
+/// A connection remembers the counters it used (per user agent, per method and status): the
+/// counts in `/metrics` are the same as when each call looked its labels up, across agents
+/// taking turns on one connection and the cap on distinct agents (the rest count as `other`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn counters_kept_per_connection_count_every_agent_and_status() {
+    let (server, _dir, addr) = server().await;
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    let mut seq = 0;
+    for agent in ["alpha", "alpha", "beta", "alpha", "bad agent", "beta"] {
+        seq += 1;
+        request(&mut stream, &call("get_id", seq, &agent_args(agent))).await;
+    }
+    // Past the cap: the first MAX_AGENTS distinct agents get their own label.
+    let mut other = TcpStream::connect(addr).await.unwrap();
+    let cap = snowflake_server::metrics::MAX_AGENTS;
+    for n in 0..cap {
+        seq += 1;
+        request(
+            &mut other,
+            &call("get_id", seq, &agent_args(&format!("agent{n}"))),
+        )
+        .await;
+    }
+    seq += 1;
+    request(&mut stream, &call("get_id", seq, &agent_args("alpha"))).await;
+    let metrics = server.get("/metrics").await.body;
+    // alpha 3, beta 2, then the cap's agents; alpha's last one is counted below.
+    let ids = 3 + 2 + cap;
+    for line in [
+        "snowflake_thrift_ids_by_agent_total{agent=\"alpha\"} 4\n".to_owned(),
+        "snowflake_thrift_ids_by_agent_total{agent=\"beta\"} 2\n".to_owned(),
+        // alpha and beta hold two of the labels: the last two new agents are `other`.
+        "snowflake_thrift_ids_by_agent_total{agent=\"other\"} 2\n".to_owned(),
+        format!(
+            "snowflake_ids_issued_total{{protocol=\"thrift\"}} {}\n",
+            ids + 1
+        ),
+        format!(
+            "snowflake_requests_total{{protocol=\"thrift\",route=\"get_id\",status=\"200\"}} {}\n",
+            ids + 1
+        ),
+        "snowflake_requests_total{protocol=\"thrift\",route=\"get_id\",status=\"400\"} 1\n"
+            .to_owned(),
+    ] {
+        assert!(metrics.contains(&line), "missing {line:?} in\n{metrics}");
+    }
+    server.stop().await;
+}

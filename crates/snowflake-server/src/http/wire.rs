@@ -186,7 +186,7 @@ impl Counted<'_> {
             // A bad one is a 400 that hyper's front gives (nothing was asked of the node).
             Some(_) => Format::of(node, query).map_err(|_| None)?,
         };
-        let id = match node.issue_one_now_counted(&self.issued) {
+        let id = match node.issue_one_now_counted(&self.issued, 0) {
             Ok(id) => id,
             Err(NotNow::Refused(err)) => {
                 let response = fast::routed(err.into_response());

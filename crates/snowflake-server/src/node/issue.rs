@@ -385,15 +385,16 @@ impl Node {
         }
     }
 
-    /// [`Node::issue_one_now`], counted on `issued` (a protocol's counter of IDs
-    /// issued, looked up once by a caller that asks many times).
-    pub fn issue_one_now_counted(&self, issued: &Counter) -> Result<u64, NotNow> {
+    /// [`Node::issue_one_now`], counted on `issued` (a protocol's counter of IDs issued, looked
+    /// up once by a caller that asks many times), the request having waited `waited_ms` for a
+    /// lagging clock already (see [`Node::issue_now`]).
+    pub fn issue_one_now_counted(&self, issued: &Counter, waited_ms: u64) -> Result<u64, NotNow> {
         match self.shared.generator.try_next_batch(1) {
             Ok(batch) => {
                 issued.inc();
                 Ok(batch.first().as_u64())
             }
-            Err(err) => Err(self.not_now(err, 0)),
+            Err(err) => Err(self.not_now(err, waited_ms)),
         }
     }
 

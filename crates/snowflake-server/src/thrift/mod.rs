@@ -16,6 +16,7 @@ use crate::node::{IssueError, Node, NotNow, Protocol};
 use crate::tls::Alpn;
 use bytes::Bytes;
 use futures_util::{SinkExt, StreamExt};
+use prometheus_client::metrics::counter::Counter;
 use snowflake_proto::thrift::generated::{SnowflakeSyncHandler, TSnowflakeProcessFunctions};
 use std::cell::Cell;
 use std::net::SocketAddr;
@@ -113,6 +114,10 @@ async fn connection<S: listen::Io>(
         .new_codec();
     let mut framed = Framed::new(stream, codec);
     let mut latencies = node.metrics().route_latencies(Protocol::Thrift);
+    let mut counters = Counters::new(node);
+    let Some(config) = decoding(limits.max_frame_bytes) else {
+        return;
+    };
     // One deadline for the connection's life: a whole next request within the idle timeout of
     // the last reply (a frame trickled in does not move it), a whole reply taken within the
     // idle timeout of its start.
@@ -133,7 +138,8 @@ async fn connection<S: listen::Io>(
             }
             Some(Some(Ok(frame))) => frame,
         };
-        let Some(reply) = answer(node, &frame, limits.max_frame_bytes, &mut latencies).await else {
+        let answered = answer(node, &frame, &config, &mut latencies, &mut counters).await;
+        let Some(reply) = answered else {
             node.metrics().thrift_bad_frames.inc();
             return;
         };
@@ -160,6 +166,17 @@ async fn connection<S: listen::Io>(
     }
 }
 
+/// What a request's decoder may allocate: no string, list or message longer than a frame.
+fn decoding(max_frame_bytes: usize) -> Option<TConfiguration> {
+    TConfiguration::builder()
+        .max_frame_size(Some(max_frame_bytes))
+        .max_message_size(Some(max_frame_bytes))
+        .max_string_size(Some(max_frame_bytes))
+        .max_container_size(Some(max_frame_bytes))
+        .build()
+        .ok()
+}
+
 /// The reply frame for one request frame, or `None` when the frame does not even start with a
 /// Thrift message header (then nobody can be answered, and the connection is closed). An empty
 /// reply means a one-way message: nothing is sent back. A call's latency is observed from
@@ -167,17 +184,11 @@ async fn connection<S: listen::Io>(
 async fn answer(
     node: &Node,
     frame: &[u8],
-    max_frame_bytes: usize,
+    config: &TConfiguration,
     latencies: &mut RouteLatencies,
+    counters: &mut Counters,
 ) -> Option<Vec<u8>> {
     let started = Instant::now();
-    let config = TConfiguration::builder()
-        .max_frame_size(Some(max_frame_bytes))
-        .max_message_size(Some(max_frame_bytes))
-        .max_string_size(Some(max_frame_bytes))
-        .max_container_size(Some(max_frame_bytes))
-        .build()
-        .ok()?;
     let mut waited_ms = 0;
     let mut reservations = 0;
     let mut deadline = None;
@@ -203,7 +214,7 @@ async fn answer(
                     ApplicationErrorKind::InvalidMessageType,
                     &message,
                 );
-                node.metrics().request(Protocol::Thrift, method, 400);
+                counters.request(node, method, 400).inc();
                 latencies.get(method).observe(started.elapsed());
                 return Some(out);
             }
@@ -213,6 +224,8 @@ async fn answer(
             waited_ms,
             retry: Cell::new(None),
             status: Cell::new(200),
+            issued: &counters.issued,
+            agent: Cell::new(counters.agent.take()),
         };
         let seq = ident.sequence_number;
         let processed = match method {
@@ -284,8 +297,8 @@ async fn answer(
             );
             handler.status.set(400);
         }
-        node.metrics()
-            .request(Protocol::Thrift, method, handler.status.get());
+        counters.agent = handler.agent.take();
+        counters.request(node, method, handler.status.get()).inc();
         latencies.get(method).observe(started.elapsed());
         return Some(out);
     }
@@ -319,9 +332,54 @@ enum Retry {
     Reserve,
 }
 
+/// The counters a connection uses, looked up once (or once per user agent) rather than for
+/// every call: a label lookup takes the family's lock and hashes the labels, and the user
+/// agent's label a global set's lock and two copies of the agent.
+struct Counters {
+    /// IDs issued over Thrift.
+    issued: Counter,
+    /// Requests, by method and status.
+    requests: Vec<(&'static str, u16, Counter)>,
+    /// The last user agent given IDs, and its counter.
+    agent: Option<(String, Counter)>,
+}
+
+impl Counters {
+    fn new(node: &Node) -> Counters {
+        Counters {
+            issued: node.metrics().ids_issued_counter(Protocol::Thrift),
+            requests: Vec::new(),
+            agent: None,
+        }
+    }
+
+    /// The counter of `method`'s requests answered with `status`.
+    fn request(&mut self, node: &Node, method: &'static str, status: u16) -> &Counter {
+        let at = match self
+            .requests
+            .iter()
+            .position(|(m, s, _)| *m == method && *s == status)
+        {
+            Some(at) => at,
+            None => {
+                let counter = node
+                    .metrics()
+                    .request_counter(Protocol::Thrift, method, status);
+                self.requests.push((method, status, counter));
+                self.requests.len() - 1
+            }
+        };
+        &self.requests[at].2
+    }
+}
+
 /// The IDL's methods over the node, for one request.
 struct Handler<'a> {
     node: &'a Node,
+    /// The connection's counter of IDs issued.
+    issued: &'a Counter,
+    /// The connection's last user agent and its counter, while the request runs.
+    agent: Cell<Option<(String, Counter)>>,
     /// How long this request already waited for a lagging clock.
     waited_ms: u64,
     /// Set when the request should be retried.
@@ -366,10 +424,24 @@ impl SnowflakeSyncHandler for Handler<'_> {
                 ),
             ));
         }
-        match self.node.issue_now(Protocol::Thrift, 1, self.waited_ms) {
-            Ok(batches) => {
-                self.node.metrics().thrift_agent_ids(&useragent);
-                Ok(batches[0].first().as_i64())
+        match self.node.issue_one_now_counted(self.issued, self.waited_ms) {
+            Ok(id) => {
+                let agent = match self.agent.take() {
+                    Some((last, counter)) if last == useragent => (last, counter),
+                    _ => {
+                        let counter = self.node.metrics().thrift_agent_counter(&useragent);
+                        (useragent, counter)
+                    }
+                };
+                agent.1.inc();
+                self.agent.set(Some(agent));
+                // IDs have 63 bits at most (`Id`), so this never refuses.
+                i64::try_from(id).map_err(|_| {
+                    application_error(
+                        ApplicationErrorKind::InternalError,
+                        format!("id {id} does not fit the IDL's i64"),
+                    )
+                })
             }
             Err(NotNow::Wait { ms }) => {
                 self.retry.set(Some(Retry::Wait(ms)));
@@ -456,7 +528,7 @@ mod tests {
         #[test]
         fn arbitrary_messages_get_an_answer_or_a_close(bytes in proptest::collection::vec(any::<u8>(), 0..256)) {
             let (node, _dir) = node();
-            let reply = runtime().block_on(answer(&node, &bytes, 65_536, &mut node.metrics().route_latencies(Protocol::Thrift)));
+            let reply = runtime().block_on(answer(&node, &bytes, &decoding(65_536).unwrap(), &mut node.metrics().route_latencies(Protocol::Thrift), &mut Counters::new(&node)));
             if let Some(reply) = reply {
                 prop_assert!(reply.is_empty() || reply[..2] == [0x80, 0x01], "{reply:?}");
                 prop_assert!(reply.len() < 512);
@@ -471,7 +543,7 @@ mod tests {
             args in proptest::collection::vec(any::<u8>(), 0..128),
         ) {
             let (node, _dir) = node();
-            let reply = runtime().block_on(answer(&node, &call(method, &args), 65_536, &mut node.metrics().route_latencies(Protocol::Thrift)));
+            let reply = runtime().block_on(answer(&node, &call(method, &args), &decoding(65_536).unwrap(), &mut node.metrics().route_latencies(Protocol::Thrift), &mut Counters::new(&node)));
             let reply = reply.expect("a valid header is always answered");
             prop_assert!(reply.len() >= 12 && reply[..2] == [0x80, 0x01]);
         }
