@@ -92,6 +92,20 @@ fn samples(m: &Measurement) -> String {
         .join(" / ")
 }
 
+/// The median over the rounds of `a`'s rate over `b`'s in the same round; `None` when either
+/// was not measured. Each round measures the two within seconds of each other, so the drift of
+/// a shared machine's speed between rounds cancels out of each ratio.
+pub(super) fn paired(svc: &Run, group: &str, a: &str, pa: &str, b: &str, pb: &str) -> Option<f64> {
+    let (a, b) = (svc.find(group, a, pa)?, svc.find(group, b, pb)?);
+    let ratios: Vec<f64> = a
+        .samples
+        .iter()
+        .zip(&b.samples)
+        .map(|(a, b)| a / b)
+        .collect();
+    (!ratios.is_empty()).then(|| crate::model::median(&ratios))
+}
+
 fn subjects(run: &Run, group: &str) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
     for m in run.measurements.iter().filter(|m| m.group == group) {

@@ -540,10 +540,17 @@ pub fn run(root: &Path, secs: f64, rounds: usize) -> Result<Run> {
 
     for round in 1..=rounds {
         eprintln!("service: round {round}/{rounds}");
+        // Each door beside what it is compared with (the ratios are taken round by round):
+        // Redis, Thrift; wrk on ours, then on the zero-work HTTP/1.1 server; h2load on ours,
+        // then on nghttpd.
         redis(&mut run, &mut sized, 50)?;
-        let p = svc.pgbench(50, whole)?;
-        run.record("single-id", PG, "c=50", "IDs/s", p.tps);
-        run.record("connections", "PostgreSQL nextval", "c=50", "IDs/s", p.tps);
+        sf(
+            &mut run,
+            "single-id",
+            "snowflake Thrift get_id (snowflake bench)",
+            "thrift",
+            &["-c", "50"],
+        )?;
         let w = svc.wrk(50, whole)?;
         if w.non_2xx + w.socket_errors > 0 {
             run.notes.push(format!(
@@ -559,27 +566,22 @@ pub fn run(root: &Path, secs: f64, rounds: usize) -> Result<Run> {
             "IDs/s",
             w.requests_per_sec,
         );
-        sf(
-            &mut run,
+        // The HTTP/1.1 ceiling: the same wrk command as ours, against the zero-work C server.
+        let c = wrk(svc.ceilings().http.port, 50, whole)?;
+        if c.non_2xx + c.socket_errors > 0 {
+            bail!(
+                "wrk against the zero-work HTTP/1.1 server: {} non-2xx, {} socket errors",
+                c.non_2xx,
+                c.socket_errors
+            );
+        }
+        run.record(
             "single-id",
-            "snowflake HTTP /v1/id (snowflake bench)",
-            "http",
-            &["-c", "50"],
-        )?;
-        sf(
-            &mut run,
-            "single-id",
-            "snowflake Thrift get_id (snowflake bench)",
-            "thrift",
-            &["-c", "50"],
-        )?;
-        sf(
-            &mut run,
-            "single-id",
-            "snowflake gRPC NextId (snowflake bench)",
-            "grpc",
-            &["-c", "50"],
-        )?;
+            ceiling::HTTP1,
+            "c=50",
+            "IDs/s",
+            c.requests_per_sec,
+        );
         let h = h2load_grpc(svc.sf().port("grpc"), 50, whole, svc.work.path())?;
         if h.failed > 0 {
             run.notes.push(format!(
@@ -599,22 +601,23 @@ pub fn run(root: &Path, secs: f64, rounds: usize) -> Result<Run> {
             bail!("h2load against nghttpd: {} failed requests", n.failed);
         }
         run.record("single-id", NGHTTPD, "c=50", "IDs/s", n.requests_per_sec);
-        // The HTTP/1.1 ceiling: the same wrk command as ours, against the zero-work C server.
-        let c = wrk(svc.ceilings().http.port, 50, whole)?;
-        if c.non_2xx + c.socket_errors > 0 {
-            bail!(
-                "wrk against the zero-work HTTP/1.1 server: {} non-2xx, {} socket errors",
-                c.non_2xx,
-                c.socket_errors
-            );
-        }
-        run.record(
+        let p = svc.pgbench(50, whole)?;
+        run.record("single-id", PG, "c=50", "IDs/s", p.tps);
+        run.record("connections", "PostgreSQL nextval", "c=50", "IDs/s", p.tps);
+        sf(
+            &mut run,
             "single-id",
-            ceiling::HTTP1,
-            "c=50",
-            "IDs/s",
-            c.requests_per_sec,
-        );
+            "snowflake HTTP /v1/id (snowflake bench)",
+            "http",
+            &["-c", "50"],
+        )?;
+        sf(
+            &mut run,
+            "single-id",
+            "snowflake gRPC NextId (snowflake bench)",
+            "grpc",
+            &["-c", "50"],
+        )?;
         sf(
             &mut run,
             "batch",

@@ -1,7 +1,7 @@
 //! The report's service sections: our server against Redis INCR and a PostgreSQL sequence,
 //! plaintext against TLS, our RESP port against redis-server, and the client library.
 
-use super::{LAYOUT_MAX, count, num, ratio, samples, subjects, table};
+use super::{LAYOUT_MAX, count, num, paired, ratio, samples, subjects, table};
 use crate::lib_bench::OURS;
 use crate::model::Run;
 use crate::service::{
@@ -14,11 +14,14 @@ pub(super) fn service_section(out: &mut String, svc: &Run, lib: Option<&Run>, ch
     let _ = writeln!(out, "## Service\n");
     let _ = writeln!(
         out,
-        "Redis, PostgreSQL and `snowflake serve --worker-threads 1` on loopback, started by the harness, measured with their own tools, rounds interleaved; median of {} rounds of {} s. Every request is one ID unless stated.\n",
+        "Redis, PostgreSQL and `snowflake serve --worker-threads 1` on loopback, started by the harness, measured with their own tools, rounds interleaved; median of {} rounds of {} s. Every request is one ID unless stated. A ratio of two servers is the median of the rounds' ratios (each round measures both within seconds of each other), so it can differ a little from the ratio of the medians.\n",
         svc.rounds, svc.secs
     );
     let redis = svc.median("single-id", REDIS, "c=50").unwrap_or(f64::NAN);
-    let wrk = svc.median("single-id", WRK, "c=50").unwrap_or(f64::NAN);
+    let times = |a: &str, b: &str| {
+        paired(svc, "single-id", a, "c=50", b, "c=50")
+            .map_or_else(|| "–".into(), |r| format!("{r:.2}×"))
+    };
     let _ = writeln!(out, "### Single IDs, 50 connections, no pipelining\n");
     let rows: Vec<Vec<String>> = subjects(svc, "single-id")
         .iter()
@@ -26,13 +29,13 @@ pub(super) fn service_section(out: &mut String, svc: &Run, lib: Option<&Run>, ch
         .map(|m| {
             // Ours as a share of the zero-work server measured with the same client.
             let of_ceiling = crate::service::ceiling_of(&m.subject)
-                .and_then(|(c, _)| svc.median("single-id", c, "c=50"))
-                .map_or_else(String::new, |c| format!("{:.0}%", 100.0 * m.median / c));
+                .and_then(|(c, _)| paired(svc, "single-id", &m.subject, "c=50", c, "c=50"))
+                .map_or_else(String::new, |c| format!("{:.0}%", 100.0 * c));
             vec![
                 m.subject.clone(),
                 num(m.median),
-                ratio(m.median, redis),
-                ratio(m.median, wrk),
+                times(&m.subject, REDIS),
+                times(&m.subject, WRK),
                 of_ceiling,
                 samples(m),
             ]
@@ -50,23 +53,29 @@ pub(super) fn service_section(out: &mut String, svc: &Run, lib: Option<&Run>, ch
         &rows,
     ));
     out.push('\n');
-    let ceiling = svc.median("single-id", crate::ceiling::HTTP1, "c=50");
-    if let Some(ceiling) = ceiling {
+    let ceiling = paired(
+        svc,
+        "single-id",
+        crate::ceiling::HTTP1,
+        "c=50",
+        REDIS,
+        "c=50",
+    );
+    let ours = paired(svc, "single-id", WRK, "c=50", crate::ceiling::HTTP1, "c=50");
+    if let (Some(ceiling), Some(ours)) = (ceiling, ours) {
         let _ = writeln!(
             out,
-            "The HTTP/1.1 ceiling: a zero-work server in C (`bench/c/zero_work_http.c`: one thread on epoll like Redis, keep-alive, every pipelined request answered in order, one write per read) answering `GET /v1/id` with a fixed answer of the same size as ours (same status line, same headers, same body length; the harness checks), doing no other work, reached {} Redis with the same client (`wrk -t1 -c50`); our HTTP /v1/id (wrk) reached {:.0}% of that.\n",
-            ratio(ceiling, redis),
-            100.0 * wrk / ceiling
+            "The HTTP/1.1 ceiling: a zero-work server in C (`bench/c/zero_work_http.c`: one thread on epoll like Redis, keep-alive, every pipelined request answered in order, one write per read) answering `GET /v1/id` with a fixed answer of the same size as ours (same status line, same headers, same body length; the harness checks), doing no other work, reached {ceiling:.2}× Redis with the same client (`wrk -t1 -c50`); our HTTP /v1/id (wrk) reached {:.0}% of that.\n",
+            100.0 * ours
         );
     }
-    let ceiling = svc.median("single-id", NGHTTPD, "c=50");
-    let grpc = svc.median("single-id", GRPC_H2LOAD, "c=50");
+    let ceiling = paired(svc, "single-id", NGHTTPD, "c=50", REDIS, "c=50");
+    let grpc = paired(svc, "single-id", GRPC_H2LOAD, "c=50", NGHTTPD, "c=50");
     if let (Some(ceiling), Some(grpc)) = (ceiling, grpc) {
         let _ = writeln!(
             out,
-            "The HTTP/2 ceiling: nghttpd (nghttp2's own server, in C, one thread) answering NextId's path with a fixed gRPC frame, doing no other work, reached {} Redis with the same client (h2load, 50 connections, one stream each); our gRPC NextId reached {:.0}% of that.\n",
-            ratio(ceiling, redis),
-            100.0 * grpc / ceiling
+            "The HTTP/2 ceiling: nghttpd (nghttp2's own server, in C, one thread) answering NextId's path with a fixed gRPC frame, doing no other work, reached {ceiling:.2}× Redis with the same client (h2load, 50 connections, one stream each); our gRPC NextId reached {:.0}% of that.\n",
+            100.0 * grpc
         );
     }
 
