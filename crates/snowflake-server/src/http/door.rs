@@ -130,14 +130,20 @@ impl listen::Door for Http {
         peer: SocketAddr,
         stop: watch::Receiver<bool>,
     ) {
-        let Some(id) = self.front.id() else {
-            let service = wire::Resumed::new(None, self.front.clone());
-            return self.hyper(io, service, peer, stop).await;
+        // The stream on the heap, and one hyper future in the task whichever way the connection
+        // comes to it: a TLS stream is 1.3 KB, and the task held it by value in each future that
+        // had it (this one's argument, `wire`'s loop, hyper's connection); every connection's
+        // task is as large as its largest way through, TLS or not.
+        let io = Box::new(io);
+        let (io, owed) = match self.front.id() {
+            None => (wire::Rewind::new(Vec::new(), io), None),
+            Some(id) => match wire::serve(id, self.idle, io, stop.clone()).await {
+                None => return,
+                Some(handover) => (handover.io, handover.owed),
+            },
         };
-        if let Some(handover) = wire::serve(id, self.idle, io, stop.clone()).await {
-            let service = wire::Resumed::new(handover.owed, self.front.clone());
-            self.hyper(handover.io, service, peer, stop).await;
-        }
+        let service = wire::Resumed::new(owed, self.front.clone());
+        self.hyper(io, service, peer, stop).await;
     }
 
     /// A 503 to the connection's first request, and close.
