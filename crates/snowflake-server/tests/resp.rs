@@ -42,6 +42,7 @@ async fn pipelined_commands_each_count_in_the_latency_histogram() {
             "snowflake_request_duration_seconds_count{protocol=\"resp\",route=\"incr\"} 3\n",
             "snowflake_request_duration_seconds_count{protocol=\"resp\",route=\"ping\"} 2\n",
             "snowflake_request_duration_seconds_bucket{le=\"+Inf\",protocol=\"resp\",route=\"incr\"} 3\n",
+            "snowflake_ids_issued_total{protocol=\"resp\"} 3\n",
         ])
         .await;
     server.stop().await;
@@ -107,8 +108,51 @@ async fn refusals_by_the_node_count_as_503_and_bad_commands_as_400() {
             "snowflake_requests_total{protocol=\"resp\",route=\"incr\",status=\"200\"} 1\n",
             "snowflake_requests_total{protocol=\"resp\",route=\"incr\",status=\"503\"} 1\n",
             "snowflake_requests_total{protocol=\"resp\",route=\"incrby\",status=\"400\"} 1\n",
+            "snowflake_ids_issued_total{protocol=\"resp\"} 1\n",
         ])
         .await;
     server.clock.set_ms(T);
+    server.stop().await;
+}
+
+/// `INCR` while the clock is a little behind the last ID (within `max_backwards_wait_ms`) waits
+/// for it and answers a larger ID, counted once; the connection keeps serving.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn incr_waits_out_a_small_clock_regression() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = config(dir.path());
+    config.clock.max_backwards_wait_ms = 5000;
+    let server = TestServer::start(config, ManualClock::new(T)).await;
+    server.wait_ready().await;
+    let mut stream = TcpStream::connect(server.resp_addr.unwrap()).await.unwrap();
+    let id = |reply: &[u8]| -> u64 {
+        let text = String::from_utf8_lossy(reply);
+        text.trim_start_matches(':')
+            .trim_end()
+            .parse()
+            .unwrap_or_else(|_| panic!("{text}"))
+    };
+    stream.write_all(b"INCR a\r\n").await.unwrap();
+    let first = id(&read_some(&mut stream, 21, Duration::from_secs(5)).await);
+    server.clock.set_ms(T - 300);
+    let clock = server.clock.clone();
+    let back = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        clock.set_ms(T + 1);
+    });
+    stream.write_all(b"INCR a\r\n").await.unwrap();
+    let second = id(&read_some(&mut stream, 21, Duration::from_secs(5)).await);
+    back.await.unwrap();
+    assert!(second > first, "{second} after {first}");
+    stream.write_all(b"INCR a\r\n").await.unwrap();
+    let third = id(&read_some(&mut stream, 21, Duration::from_secs(5)).await);
+    assert!(third > second);
+    server
+        .wait_for_metrics(&[
+            "snowflake_ids_issued_total{protocol=\"resp\"} 3\n",
+            "snowflake_requests_total{protocol=\"resp\",route=\"incr\",status=\"200\"} 3\n",
+            "snowflake_clock_backwards_waits_total 1\n",
+        ])
+        .await;
     server.stop().await;
 }
