@@ -35,6 +35,34 @@ pub fn send_signal(pid: u32, name: &str) {
     kill_process(process, signal).unwrap_or_else(|e| panic!("kill -{name} {pid}: {e}"));
 }
 
+/// Waits (at most `within`) until every thread of `pid` is stopped (state `T` in
+/// `/proc/<pid>/task/*/stat`); false if one still runs then. `kill(2)` returns once SIGSTOP is
+/// sent, not once it took effect: a thread already running on another core keeps running
+/// until it next enters the kernel, and can answer a request meanwhile.
+pub fn wait_stopped(pid: u32, within: std::time::Duration) -> bool {
+    let deadline = std::time::Instant::now() + within;
+    let task = format!("/proc/{pid}/task");
+    loop {
+        let stopped = std::fs::read_dir(&task).is_ok_and(|threads| {
+            threads.flatten().all(|thread| {
+                std::fs::read_to_string(thread.path().join("stat")).is_ok_and(|stat| {
+                    // `pid (comm) S ...`: the state follows the last `)` (comm may hold one).
+                    stat.rsplit_once(')')
+                        .and_then(|(_, rest)| rest.trim_start().chars().next())
+                        .is_some_and(|state| state == 'T' || state == 't')
+                })
+            })
+        });
+        if stopped {
+            return true;
+        }
+        if std::time::Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+}
+
 /// SIGCONT, best effort, so that a stopped process dies at once when killed.
 pub fn continue_process(child: &Child) {
     if let Some(process) = i32::try_from(child.id()).ok().and_then(Pid::from_raw) {

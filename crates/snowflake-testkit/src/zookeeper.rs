@@ -218,9 +218,16 @@ impl ZooKeeper {
     }
 
     /// Freezes the server with SIGSTOP: its port stays open (the kernel still accepts
-    /// connections) but it answers nothing, and its sessions' clients time out.
+    /// connections) but it answers nothing, and its sessions' clients time out. Returns once
+    /// every thread of it is stopped (see [`crate::process::wait_stopped`]).
     pub fn stop(&self) {
         self.signal("STOP");
+        if let Some(child) = &self.child {
+            assert!(
+                crate::process::wait_stopped(child.id(), std::time::Duration::from_secs(5)),
+                "the ZooKeeper server did not stop within 5 s of SIGSTOP"
+            );
+        }
     }
 
     /// Resumes the server (SIGCONT) after [`ZooKeeper::stop`].
