@@ -552,6 +552,7 @@ pub async fn serve(
         keepalive_interval: config.limits.idle_timeout / 2,
         keepalive_timeout: KEEPALIVE_TIMEOUT,
         idle_timeout: config.limits.idle_timeout,
+        next_id: shared::NextIdMetrics::new(&node),
     });
     let rejected = node.metrics().connections_rejected.clone();
     let door = Arc::new(Grpc(shared));

@@ -131,7 +131,8 @@ pub(super) fn answer_now(shared: &Shared, mut call: Call) -> Later {
     if !is_one_plain_message::<NextIdRequest>(&call.received) {
         return Later::Bridge(call);
     }
-    let result = match shared.service.node.issue_one_now(Protocol::Grpc) {
+    let node = &shared.service.node;
+    let result = match node.issue_one_now_counted(&shared.next_id.issued, 0) {
         Ok(id) => Ok(id),
         Err(NotNow::Refused(err)) => Err(to_status(err)),
         Err(not_now) => return Later::Issue(call, not_now),
@@ -198,7 +199,16 @@ fn respond(
     let result = result.map(|id| NextIdResponse {
         id: i64::try_from(id).unwrap_or(i64::MAX),
     });
-    match shared.service.counted(NEXT_ID, started.into_std(), result) {
+    let result = match result {
+        Ok(message) => {
+            shared.next_id.ok(&shared.service.node, started);
+            Ok(message)
+        }
+        Err(status) => shared
+            .service
+            .counted(NEXT_ID, started.into_std(), Err(status)),
+    };
+    match result {
         Ok(message) => {
             let mut response = Response::new(());
             *response.headers_mut() = OK_HEADERS.clone();

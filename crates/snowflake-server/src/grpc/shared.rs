@@ -1,7 +1,11 @@
 //! What the connections of one gRPC listener share (the routes, the service, the timeouts and
 //! limits), and the answer to a call its request timeout cut short.
 
-use super::SnowflakeService;
+use super::{NEXT_ID, SnowflakeService};
+use crate::latency::Histogram;
+use crate::node::{Node, Protocol};
+use prometheus_client::metrics::counter::Counter;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 use tonic::Status;
 use tonic::service::Routes;
@@ -26,6 +30,44 @@ pub(super) struct Shared {
     /// How long a connection may have no call open before it is closed (GOAWAY), and how long
     /// a response may wait for the client's flow-control window before its stream is reset.
     pub(super) idle_timeout: Duration,
+    /// The fast `NextId`'s metrics, looked up once for the listener.
+    pub(super) next_id: NextIdMetrics,
+}
+
+/// What every answered `NextId` counts: the IDs issued over gRPC, its latency and its `OK`
+/// requests. Looked up once, not in the metric families on every call; the `OK` counter on
+/// the first `OK` answer, so that /metrics shows it only once there is one, as before.
+#[derive(Debug)]
+pub(super) struct NextIdMetrics {
+    /// `snowflake_ids_issued_total{protocol="grpc"}`.
+    pub(super) issued: Counter,
+    /// `NextId`'s latency histogram.
+    latency: Arc<Histogram>,
+    /// `NextId`'s requests answered `OK`.
+    ok: OnceLock<Counter>,
+}
+
+impl NextIdMetrics {
+    pub(super) fn new(node: &Node) -> NextIdMetrics {
+        let metrics = node.metrics();
+        NextIdMetrics {
+            issued: metrics.ids_issued_counter(Protocol::Grpc),
+            latency: metrics.latency(Protocol::Grpc, NEXT_ID),
+            ok: OnceLock::new(),
+        }
+    }
+
+    /// Counts one `NextId` answered `OK`, and observes how long it took.
+    pub(super) fn ok(&self, node: &Node, started: tokio::time::Instant) {
+        self.latency.observe(started.elapsed());
+        self.ok
+            .get_or_init(|| {
+                let code = u16::try_from(i32::from(tonic::Code::Ok)).unwrap_or(u16::MAX);
+                node.metrics()
+                    .request_counter(Protocol::Grpc, NEXT_ID, code)
+            })
+            .inc();
+    }
 }
 
 /// The answer to a call the request timeout cut (`CANCELLED`, as tonic's), counted and observed
