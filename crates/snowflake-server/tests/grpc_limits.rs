@@ -299,3 +299,136 @@ async fn a_request_trickled_in_is_cut_at_the_idle_timeout() {
     }
     server.stop().await;
 }
+
+/// Shutdown reaches a connection that never goes quiet: a client writing `NextId` calls as fast
+/// as it can (always up to 100 open, a new batch as soon as half are answered) and reading
+/// every answer gets its GOAWAY once the node is told to stop, and the node stops gracefully,
+/// well within the shutdown timeout. (The connection's loop polls the shutdown before the
+/// connection, so that it is seen however busy the connection is.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_reaches_a_connection_that_never_goes_quiet() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let (server, _dir) = start(|_| {}).await;
+    // More than one millisecond's 4096 IDs are asked for.
+    server.tick();
+    let stream = tcp(&server, Door::Grpc).await;
+    stream.set_nodelay(true).unwrap();
+    let (mut reader, mut writer) = stream.into_split();
+    writer
+        .write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+        .await
+        .unwrap();
+    writer.write_all(&frame(0x4, 0, 0, &[])).await.unwrap();
+    // Every frame read as it comes, until the connection ends: the answers (counted), the
+    // node's settings (acknowledged by the writer) and the GOAWAY.
+    let answers = Arc::new(AtomicU64::new(0));
+    let settings_seen = Arc::new(AtomicBool::new(false));
+    let goaway = Arc::new(AtomicBool::new(false));
+    let ping = Arc::new(std::sync::Mutex::new(None::<Vec<u8>>));
+    let read = tokio::spawn({
+        let (answers, settings_seen, goaway, ping) = (
+            Arc::clone(&answers),
+            Arc::clone(&settings_seen),
+            Arc::clone(&goaway),
+            Arc::clone(&ping),
+        );
+        async move {
+            loop {
+                let mut head = [0u8; 9];
+                if reader.read_exact(&mut head).await.is_err() {
+                    return;
+                }
+                let len =
+                    usize::from(head[0]) << 16 | usize::from(head[1]) << 8 | usize::from(head[2]);
+                let mut payload = vec![0u8; len];
+                if reader.read_exact(&mut payload).await.is_err() {
+                    return;
+                }
+                match (head[3], head[4]) {
+                    (0x7, _) => goaway.store(true, Ordering::Release),
+                    // A PING to acknowledge (h2's graceful shutdown waits for one).
+                    (0x6, 0) => *ping.lock().unwrap() = Some(payload),
+                    (0x4, 0) => settings_seen.store(true, Ordering::Release),
+                    // HEADERS with END_STREAM: a call's trailers.
+                    (0x1, flags) if flags & 0x1 != 0 => {
+                        answers.fetch_add(1, Ordering::Relaxed);
+                    }
+                    _ => {}
+                }
+            }
+        }
+    });
+    while !settings_seen.load(Ordering::Acquire) {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    writer.write_all(&frame(0x4, 0x1, 0, &[])).await.unwrap();
+    // The whole connection window granted at once, so that the answers' DATA never waits for
+    // the client (each stream's own window is far more than its one answer).
+    let grant = (i32::MAX as u32 - 65_535).to_be_bytes();
+    writer.write_all(&frame(0x8, 0, 0, &grant)).await.unwrap();
+    // Calls, 50 to a write, for as long as the connection takes them: a batch is written as soon
+    // as at most 50 calls are left unanswered (so never over the 100 a connection may have open:
+    // the ones over would be refused), without waiting for the connection to go quiet.
+    let write = tokio::spawn({
+        let answers = Arc::clone(&answers);
+        async move {
+            let mut id = 1u32;
+            let mut sent = 0u64;
+            let started = Instant::now();
+            while started.elapsed() < Duration::from_secs(20) {
+                let pong = ping.lock().unwrap().take();
+                if let Some(payload) = pong
+                    && writer
+                        .write_all(&frame(0x6, 0x1, 0, &payload))
+                        .await
+                        .is_err()
+                {
+                    return;
+                }
+                if sent - answers.load(Ordering::Relaxed) > 50 {
+                    tokio::task::yield_now().await;
+                    continue;
+                }
+                let mut calls = Vec::new();
+                for _ in 0..50 {
+                    calls.extend(next_id_headers(id));
+                    calls.extend(frame(0x0, 0x1, id, &[0, 0, 0, 0, 0]));
+                    id += 2;
+                }
+                if writer.write_all(&calls).await.is_err() {
+                    return;
+                }
+                sent += 50;
+            }
+        }
+    });
+    // Flooding, and answered.
+    let flooding = Instant::now();
+    while answers.load(Ordering::Relaxed) < 2_000 {
+        assert!(
+            flooding.elapsed() < Duration::from_secs(10),
+            "only {} answers in 10 s",
+            answers.load(Ordering::Relaxed)
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let stopping = tokio::spawn(server.stop());
+    let asked = Instant::now();
+    while !goaway.load(Ordering::Acquire) {
+        assert!(
+            asked.elapsed() < Duration::from_secs(5),
+            "no GOAWAY within 5 s of the stop, under a client that never goes quiet"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // Well within the shutdown timeout (10 s), after which connections are cut: the goodbye
+    // itself went through.
+    tokio::time::timeout(Duration::from_secs(5), stopping)
+        .await
+        .expect("the node did not stop within 5 s of the GOAWAY")
+        .unwrap();
+    write.abort();
+    read.abort();
+}
