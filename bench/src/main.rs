@@ -14,6 +14,7 @@ mod server;
 mod service;
 mod soak;
 mod tools;
+mod zero_work_h2;
 
 use anyhow::Result;
 use clap::{Args, Parser, Subcommand};
@@ -53,6 +54,13 @@ enum Cmd {
     Ab(AbArgs),
     /// lib, service and report in one go (not the soak; with --quick, a short soak too).
     All(AllArgs),
+    /// The zero-work gRPC server on h2 that `service` measures beside nghttpd (a fixed
+    /// NextId answer on one thread), serving on ADDR until killed.
+    #[command(hide = true)]
+    ZeroWorkH2 {
+        /// The address to listen on, e.g. 127.0.0.1:50090.
+        addr: String,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -242,6 +250,7 @@ fn main() -> Result<()> {
             client::rerun(&root(), &dir, a.secs, a.rounds, a.calls)
         }
         Cmd::Soak(a) => soak(a),
+        Cmd::ZeroWorkH2 { addr } => zero_work_h2::serve(&addr),
         Cmd::Ab(a) => {
             let candidate = match a.candidate {
                 Some(bin) => bin,
@@ -263,10 +272,13 @@ fn main() -> Result<()> {
         Cmd::All(a) => {
             let started = Instant::now();
             let dir = out_dir(a.out, a.quick)?;
+            // Five rounds: on a 2-vCPU VM a door's ratio to its reference moves by 10-30 points
+            // from one round to the next (BENCHMARKS.md's "rounds" columns), and the median of
+            // three such ratios turned a verdict either way between runs of the same code.
             let (lib_secs, svc_secs, rounds) = if a.quick {
                 (0.2, 0.2, 1)
             } else {
-                (1.0, 4.0, 3)
+                (1.0, 4.0, 5)
             };
             lib(LibArgs {
                 secs: lib_secs,

@@ -24,6 +24,9 @@ pub const GRPC_H2LOAD: &str = "snowflake gRPC NextId (h2load)";
 /// A zero-work HTTP/2 server in C answering `NextId`'s path with a fixed gRPC frame: the most
 /// any gRPC server can do on this machine with the same client.
 pub const NGHTTPD: &str = "reference: zero-work HTTP/2 server in C (nghttpd, h2load)";
+/// The same fixed answer from a zero-work gRPC server on h2, the HTTP/2 library our gRPC door
+/// runs on (`crate::zero_work_h2`): the part of our gap to nghttpd that is the library's.
+pub const H2_ZERO: &str = "reference: zero-work gRPC server on h2, our door's library (h2load)";
 /// The latency subjects: closed loop (wrk) and fixed rate (snowflake bench --rate).
 pub const LATENCY_CLOSED: &str = "snowflake HTTP /v1/id at half of peak, closed loop (wrk)";
 pub const LATENCY_RATE: &str = "snowflake HTTP /v1/id at half of peak";
@@ -61,6 +64,8 @@ struct Services {
     pg_port: u16,
     nghttpd: Option<Child>,
     nghttpd_port: u16,
+    h2_zero: Option<Child>,
+    h2_zero_port: u16,
     ceilings: Option<Ceilings>,
     sf: Option<SfServer>,
     sf_tls: Option<SfServer>,
@@ -95,6 +100,7 @@ impl Services {
             redis_tls_port,
             pg_port,
             nghttpd_port,
+            h2_zero_port,
             http1_port,
             resp_port,
         ] = free_ports()?;
@@ -108,6 +114,8 @@ impl Services {
             pg_port,
             nghttpd: None,
             nghttpd_port,
+            h2_zero: None,
+            h2_zero_port,
             ceilings: None,
             sf: None,
             sf_tls: None,
@@ -189,6 +197,16 @@ impl Services {
                 .spawn()
                 .context("starting nghttpd")?,
         );
+        // The zero-work server on h2 is this harness itself, on a hidden subcommand.
+        s.h2_zero = Some(
+            Command::new(std::env::current_exe().context("the harness's own path")?)
+                .arg("zero-work-h2")
+                .arg(format!("127.0.0.1:{}", s.h2_zero_port))
+                .stdout(Stdio::null())
+                .stderr(std::fs::File::create(dir.join("zero-work-h2.log"))?)
+                .spawn()
+                .context("starting the zero-work gRPC server on h2")?,
+        );
 
         let redis_port = s.redis_port;
         wait_until("redis-server", Duration::from_secs(10), || {
@@ -201,6 +219,12 @@ impl Services {
         wait_until("nghttpd", Duration::from_secs(10), || {
             TcpStream::connect(("127.0.0.1", nghttpd_port)).is_ok()
         })?;
+        let h2_zero_port = s.h2_zero_port;
+        wait_until(
+            "the zero-work gRPC server on h2",
+            Duration::from_secs(10),
+            || TcpStream::connect(("127.0.0.1", h2_zero_port)).is_ok(),
+        )?;
         s.ceilings = Some(Ceilings::start(&dir, http1_port, resp_port)?);
         // Ours only once the others listen: port 0 could otherwise get a port one of them is
         // about to bind.
@@ -300,7 +324,7 @@ impl Drop for Services {
         drop(self.sf.take());
         drop(self.sf_tls.take());
         drop(self.ceilings.take());
-        for mut child in [self.redis.take(), self.nghttpd.take()]
+        for mut child in [self.redis.take(), self.nghttpd.take(), self.h2_zero.take()]
             .into_iter()
             .flatten()
         {
@@ -336,6 +360,8 @@ pub fn ceiling_of(subject: &str) -> Option<(&'static str, f64)> {
     match subject {
         WRK => Some((ceiling::HTTP1, 0.85)),
         GRPC_H2LOAD => Some((NGHTTPD, 0.85)),
+        // A reference, not a target (not one of ours): its share of nghttpd for scale.
+        H2_ZERO => Some((NGHTTPD, 0.85)),
         RESP_OURS => Some((ceiling::RESP, 0.95)),
         _ => None,
     }
@@ -542,7 +568,7 @@ pub fn run(root: &Path, secs: f64, rounds: usize) -> Result<Run> {
         eprintln!("service: round {round}/{rounds}");
         // Each door beside what it is compared with (the ratios are taken round by round):
         // Redis, Thrift; wrk on ours, then on the zero-work HTTP/1.1 server; h2load on ours,
-        // then on nghttpd.
+        // then on the zero-work server on h2, then on nghttpd.
         redis(&mut run, &mut sized, 50)?;
         sf(
             &mut run,
@@ -596,6 +622,14 @@ pub fn run(root: &Path, secs: f64, rounds: usize) -> Result<Run> {
             "IDs/s",
             h.requests_per_sec,
         );
+        let z = h2load_grpc(svc.h2_zero_port, 50, whole, svc.work.path())?;
+        if z.failed > 0 {
+            bail!(
+                "h2load against the zero-work gRPC server on h2: {} failed requests",
+                z.failed
+            );
+        }
+        run.record("single-id", H2_ZERO, "c=50", "IDs/s", z.requests_per_sec);
         let n = h2load_grpc(svc.nghttpd_port, 50, whole, svc.work.path())?;
         if n.failed > 0 {
             bail!("h2load against nghttpd: {} failed requests", n.failed);

@@ -5,8 +5,8 @@ use super::{LAYOUT_MAX, count, num, paired, ratio, samples, subjects, table};
 use crate::lib_bench::OURS;
 use crate::model::Run;
 use crate::service::{
-    CONNECTIONS, GRPC_H2LOAD, LATENCY_CLOSED, LATENCY_RATE, NGHTTPD, REDIS, RESP_BATCH, RESP_GROUP,
-    RESP_OURS, RESP_REDIS, TLS_GROUP, WRK,
+    CONNECTIONS, GRPC_H2LOAD, H2_ZERO, LATENCY_CLOSED, LATENCY_RATE, NGHTTPD, REDIS, RESP_BATCH,
+    RESP_GROUP, RESP_OURS, RESP_REDIS, TLS_GROUP, WRK,
 };
 use std::fmt::Write as _;
 
@@ -77,6 +77,16 @@ pub(super) fn service_section(out: &mut String, svc: &Run, lib: Option<&Run>, ch
             "The HTTP/2 ceiling: nghttpd (nghttp2's own server, in C, one thread) answering NextId's path with a fixed gRPC frame, doing no other work, reached {ceiling:.2}× Redis with the same client (h2load, 50 connections, one stream each); our gRPC NextId reached {:.0}% of that.\n",
             100.0 * grpc
         );
+        let h2 = paired(svc, "single-id", H2_ZERO, "c=50", NGHTTPD, "c=50");
+        let ours = paired(svc, "single-id", GRPC_H2LOAD, "c=50", H2_ZERO, "c=50");
+        if let (Some(h2), Some(ours)) = (h2, ours) {
+            let _ = writeln!(
+                out,
+                "How much of that is the HTTP/2 library's: a zero-work gRPC server on h2, the library our gRPC door is built on (`bench/src/zero_work_h2.rs`: the same fixed answer, headers and trailers, one thread, no generator, metrics, timers or limits), reached {:.0}% of nghttpd in the same rounds; our gRPC NextId reached {:.0}% of it.\n",
+                100.0 * h2,
+                100.0 * ours
+            );
+        }
     }
 
     let _ = writeln!(out, "### Batches\n");

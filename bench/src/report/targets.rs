@@ -5,7 +5,8 @@ use super::{LAYOUT_MAX, count, num, paired, subjects, table};
 use crate::lib_bench::{CLOCK, OURS};
 use crate::model::Run;
 use crate::service::{
-    LATENCY_CLOSED, LATENCY_RATE, REDIS, RESP_GROUP, RESP_OURS, RESP_REDIS, TLS_GROUP,
+    GRPC_H2LOAD, H2_ZERO, LATENCY_CLOSED, LATENCY_RATE, REDIS, RESP_GROUP, RESP_OURS, RESP_REDIS,
+    TLS_GROUP,
 };
 use std::fmt::Write as _;
 
@@ -74,7 +75,18 @@ pub(super) fn targets_section(out: &mut String, lib: Option<&Run>, svc: Option<&
             if let Some((ceiling, share)) = crate::service::ceiling_of(&s)
                 && let Some(c) = paired(svc, "single-id", &s, "c=50", ceiling, "c=50")
             {
-                rows.push(ceiling_row(&s, c, ceiling, share));
+                let mut row = ceiling_row(&s, c, ceiling, share);
+                // gRPC's ceiling beside the library's own: what h2 reaches doing no work.
+                if s == GRPC_H2LOAD
+                    && let Some(h2) = paired(svc, "single-id", H2_ZERO, "c=50", ceiling, "c=50")
+                {
+                    row[1] = format!(
+                        "{} (a zero-work server on h2, our door's library: {:.0}%)",
+                        row[1],
+                        100.0 * h2
+                    );
+                }
+                rows.push(row);
             }
         }
         for s in subjects(svc, TLS_GROUP)

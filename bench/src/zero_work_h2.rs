@@ -3,32 +3,32 @@
 //! application/grpc`, one DATA frame, `grpc-status: 0` trailers: the bytes our `NextId` sends)
 //! on the connection's own task, one tokio current-thread runtime, with no generator, no
 //! metrics, no timers and no limits. Beside nghttpd it shows what HTTP/2 costs through `h2`
-//! itself: the part of our door's gap to nghttpd that is the library's, not ours. Used by
-//! `scripts/bench-grpc-ceiling`; never part of the product.
-//!
-//!     cargo run --release -p snowflake-compare --example zero_work_h2 -- 127.0.0.1:50090
+//! itself: the part of our door's gap to nghttpd that is the library's, not ours. The harness
+//! runs it (`snowflake-compare zero-work-h2 ADDR`, a hidden subcommand) in every service round,
+//! as does `scripts/bench-grpc-ceiling`; never part of the product.
 
+use anyhow::{Context, Result};
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Response};
 
-fn main() -> std::io::Result<()> {
-    let addr = std::env::args()
-        .nth(1)
-        .unwrap_or_else(|| "127.0.0.1:50090".to_owned());
+/// Serves on `addr` until killed.
+pub fn serve(addr: &str) -> Result<()> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_io()
         .build()?;
     // NextIdResponse { id: 1999999999999999999 } as one uncompressed gRPC frame, as the
     // harness's nghttpd serves it.
-    let frame = Bytes::from_static(&[
-        0, 0, 0, 0, 10, 0x08, 0xff, 0xff, 0x9f, 0xf6, 0xf4, 0xac, 0xdb, 0xe0, 0x1b,
-    ]);
+    let frame = Bytes::from(crate::tools::next_id_response_frame(
+        1_999_999_999_999_999_999,
+    ));
     let mut headers = HeaderMap::new();
     headers.insert("content-type", HeaderValue::from_static("application/grpc"));
     let mut trailers = HeaderMap::new();
     trailers.insert("grpc-status", HeaderValue::from_static("0"));
     runtime.block_on(async move {
-        let listener = tokio::net::TcpListener::bind(&addr).await?;
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("zero-work-h2: binding {addr}"))?;
         loop {
             let (stream, _) = listener.accept().await?;
             stream.set_nodelay(true)?;
