@@ -12,6 +12,7 @@ mod procfs;
 mod report;
 mod server;
 mod service;
+mod services;
 mod soak;
 mod tools;
 mod zero_work_h2;
