@@ -191,6 +191,19 @@ fn http_readers_that_never_read_lose_their_slots_plain_and_tls() {
         let greedy: Vec<Greedy> = (0..4)
             .map(|i| Greedy::open(node.addr(), ca, greedy_requests(i)))
             .collect();
+        // All four connected before the first probe: an `openssl s_client` is a process that
+        // connects when it has started, and a probe that got in first would take a slot and
+        // have a greedy client refused (503, closed), leaving slots free for every later probe.
+        let port = node.addr().port();
+        let started = Instant::now();
+        while established_to(port) < 4 {
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "{row}: only {} of the 4 greedy clients connected within 10 s",
+                established_to(port)
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
         // Until they hold every slot: a new client is refused.
         let started = Instant::now();
         loop {
@@ -210,7 +223,6 @@ fn http_readers_that_never_read_lose_their_slots_plain_and_tls() {
         eprintln!("{row}: a new client was served {waited:?} after the slots were full");
         // Every greedy connection was cut (none lost its slot by leaving on its own: they are
         // all still open on the client's side).
-        let port = node.addr().port();
         let started = Instant::now();
         while established_to(port) > 0 {
             assert!(
